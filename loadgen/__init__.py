@@ -1,0 +1,1 @@
+"""Workloads, trigger populations, the provider simulation and the polling processor."""

@@ -1,0 +1,267 @@
+"""memory: an in-process heap scheduler.
+
+Two jobs: it is the conformance oracle (the simplest thing that keeps every promise of
+DESIGN.md) and the measure of the harness's own ceiling, so its per-fire cost is kept tiny:
+tuples in a heap, lazy deletion of moved timers by version number, no per-fire allocation
+beyond the :class:`Fire` handed to the processor.
+
+Leases work as in the Postgres designs so the lease promises mean the same thing here: a claim
+records ``(owner, lease_expires)``, a heartbeat task extends the leases of in-flight batches
+every ``lease_s / 3``, and every claim loop sweeps expired leases back to due. Several ``run``
+loops on one instance share the store (one event loop, so no locks are needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from schedulers.base import Capabilities, Fire, Processor, StoreContext, Timer, us
+
+
+@dataclass(slots=True)
+class _Entry:
+    timer: Timer
+    fire_at: float  # effective due time (armed time when fire_at was None)
+    armed_at: float
+    version: int  # bumped on every arm; heap items of an older version are stale
+    state: bytes | None
+    owner: str | None = None
+    lease_expires: float = 0.0
+    attempt: int = 0  # deliveries of the current version
+
+
+class MemoryScheduler:
+    name = "memory"
+    description = "in-process heap with leases: the conformance oracle and the harness's own ceiling"
+    default_options: dict[str, Any] = {
+        "tick_s": 0.05,  # longest sleep between claim loops when nothing is due, seconds
+        "batch": 800,  # timers per processor call (seeds/003: up to 800 per tick)
+        "lease_s": 30.0,  # a crashed owner's timers come back after this, seconds
+        "inflight_batches": 4,  # batches processed concurrently per run loop
+    }
+    conformance_options: dict[str, Any] = {"tick_s": 0.02, "lease_s": 2.0, "batch": 50}
+    needs_postgres = False
+    needs_temporal = False
+
+    def __init__(self, ctx: StoreContext, **options: Any) -> None:
+        self.ctx = ctx
+        self.options = {**self.default_options, **options}
+        self.tick_s = float(self.options["tick_s"])
+        self.batch = int(self.options["batch"])
+        self.lease_s = float(self.options["lease_s"])
+        self.inflight_batches = int(self.options["inflight_batches"])
+        self.capabilities = Capabilities(
+            max_lag_s=self.tick_s + 0.5,
+            per_tenant_fairness=False,
+            heartbeat_leases=True,
+            redelivery_s=self.lease_s + self.tick_s,
+        )
+        self._entries: dict[str, _Entry] = {}
+        self._due: list[tuple[float, int, str, int]] = []  # (fire_at, seq, id, version)
+        self._leased: list[tuple[float, str, int]] = []  # (lease_expires, id, version)
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._effects: set[tuple[str, float]] = set()
+        self._held: dict[str, set[str]] = {}  # owner -> ids it holds, for heartbeats
+        self.claims = 0
+        self.fires = 0
+        self.recovered = 0
+
+    async def setup(self) -> None:
+        return None
+
+    async def teardown(self, drop: bool = True) -> None:
+        if drop:
+            self._entries.clear()
+            self._due.clear()
+            self._leased.clear()
+            self._effects.clear()
+
+    def relations(self) -> list[str]:
+        return []
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        now = time.time()
+        entries = self._entries
+        due = self._due
+        seq = self._seq
+        for t in timers:
+            fire_at = now if t.fire_at is None else t.fire_at
+            e = entries.get(t.id)
+            if e is None:
+                state = os.urandom(self.ctx.state_bytes) if self.ctx.state_bytes else None
+                e = _Entry(t, fire_at, now, 0, state)
+                entries[t.id] = e
+            else:
+                e.timer = t
+                e.fire_at = fire_at
+                e.armed_at = now
+                e.version += 1
+                e.owner = None
+                e.attempt = 0
+            heapq.heappush(due, (fire_at, next(seq), t.id, e.version))
+        self._wake.set()
+
+    async def export_armed(self) -> list[Timer]:
+        return [
+            Timer(e.timer.id, e.fire_at, e.timer.type, e.timer.tenant_id, e.timer.priority)
+            for e in self._entries.values()
+        ]
+
+    async def stats(self) -> dict[str, float]:
+        return {
+            "armed": float(len(self._entries)),
+            "in_flight": float(sum(1 for e in self._entries.values() if e.owner)),
+            "claims": float(self.claims),
+            "fires": float(self.fires),
+            "recovered_leases": float(self.recovered),
+        }
+
+    # -- the claim loop -------------------------------------------------------------------
+
+    def _sweep_expired(self, now: float) -> None:
+        leased = self._leased
+        while leased and leased[0][0] <= now:
+            expires, tid, version = heapq.heappop(leased)
+            e = self._entries.get(tid)
+            if e is None or e.version != version or e.owner is None or e.lease_expires > now:
+                continue  # finished, moved, or heartbeated since
+            e.owner = None
+            self.recovered += 1
+            heapq.heappush(self._due, (e.fire_at, next(self._seq), tid, version))
+
+    def _claim(self, now: float, owner: str, batch_no: int) -> list[tuple[Fire, int]]:
+        due = self._due
+        entries = self._entries
+        out: list[tuple[Fire, int]] = []
+        expires = now + self.lease_s
+        held = self._held.setdefault(owner, set())
+        while due and due[0][0] <= now and len(out) < self.batch:
+            fire_at, _, tid, version = heapq.heappop(due)
+            e = entries.get(tid)
+            if e is None or e.version != version or e.owner is not None:
+                continue
+            e.owner = owner
+            e.lease_expires = expires
+            e.attempt += 1
+            held.add(tid)
+            heapq.heappush(self._leased, (expires, tid, version))
+            t = e.timer
+            out.append(
+                (Fire(tid, t.tenant_id, t.type, fire_at, e.armed_at, e.attempt, owner, batch_no, e.state, t.priority), version)
+            )
+        self.claims += len(out)
+        return out
+
+    async def run(
+        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
+    ) -> None:
+        owner = worker_id or f"mem-{os.getpid()}-{id(stop):x}"
+        inflight: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.inflight_batches)
+        batch_no = 0
+        heartbeat = asyncio.create_task(self._heartbeat(owner, stop))
+        try:
+            while not stop.is_set():
+                now = time.time()
+                self._sweep_expired(now)
+                claimed = self._claim(now, owner, batch_no)
+                if claimed:
+                    batch_no += 1
+                    await slots.acquire()
+                    task = asyncio.create_task(self._process(processors, claimed, owner, slots))
+                    inflight.add(task)
+                    task.add_done_callback(inflight.discard)
+                    continue
+                wait = self.tick_s
+                if self._due:
+                    wait = min(wait, max(0.0, self._due[0][0] - now))
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+            if inflight:  # graceful stop: let in-flight batches commit
+                await asyncio.gather(*inflight, return_exceptions=True)
+        except asyncio.CancelledError:
+            # A crash: in-flight batches die with their owner, their leases are left to lapse.
+            for task in inflight:
+                task.cancel()
+            raise
+        finally:
+            heartbeat.cancel()
+
+    async def _heartbeat(self, owner: str, stop: asyncio.Event) -> None:
+        interval = self.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            expires = time.time() + self.lease_s
+            for tid in self._held.get(owner, ()):
+                e = self._entries.get(tid)
+                if e is not None and e.owner == owner:
+                    e.lease_expires = expires
+                    heapq.heappush(self._leased, (expires, tid, e.version))
+
+    async def _process(
+        self,
+        processors: Mapping[str, Processor],
+        claimed: list[tuple[Fire, int]],
+        owner: str,
+        slots: asyncio.Semaphore,
+    ) -> None:
+        try:
+            by_type: dict[str, list[tuple[Fire, int]]] = {}
+            for item in claimed:
+                by_type.setdefault(item[0].type, []).append(item)
+            for type_, items in by_type.items():
+                fires = [f for f, _ in items]
+                outcomes = await processors[type_].process(fires)
+                self._commit(items, outcomes, owner, processors[type_])
+        finally:
+            slots.release()
+
+    def _commit(self, items: list[tuple[Fire, int]], outcomes: Sequence, owner: str, processor: Processor) -> None:
+        now = time.time()
+        delivered: list[bool] = []
+        entries = self._entries
+        rearm: list[tuple[float, int, str, int]] = []
+        held = self._held.get(owner, set())
+        for (fire, version), outcome in zip(items, outcomes):
+            held.discard(fire.timer_id)
+            e = entries.get(fire.timer_id)
+            still_ours = e is not None and e.version == version and e.owner == owner
+            if outcome.effect:
+                key = (fire.timer_id, us(fire.due_at))
+                fresh = key not in self._effects
+                if fresh:
+                    self._effects.add(key)
+                delivered.append(fresh)
+            else:
+                delivered.append(False)
+            if e is None:
+                continue
+            if outcome.new_state is not None:
+                e.state = outcome.new_state
+            if not still_ours:
+                continue  # moved while in flight (the newer arm wins) or lease lost
+            e.owner = None
+            if outcome.next_fire_at is None:
+                del entries[fire.timer_id]
+            else:
+                e.fire_at = outcome.next_fire_at
+                e.armed_at = now
+                e.version += 1
+                e.attempt = 0
+                rearm.append((outcome.next_fire_at, next(self._seq), fire.timer_id, e.version))
+        for item in rearm:
+            heapq.heappush(self._due, item)
+        self.fires += len(items)
+        processor.committed([f for f, _ in items], delivered)
+        if rearm:
+            self._wake.set()

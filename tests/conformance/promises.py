@@ -1,0 +1,318 @@
+"""The promises of DESIGN.md, written against the Scheduler interface only.
+
+Each ``check_*`` takes a factory that makes a fresh scheduler on a fresh store and raises
+``AssertionError`` when the promise is broken. ``test_promises.py`` runs them against every
+registered scheduler; ``test_suite_catches_broken.py`` shows they fail on broken ones. Nothing
+here may ask which backend it is talking to: capabilities are the only switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence
+
+from schedulers.base import Fire, Outcome, Scheduler, Timer, us
+
+CLOCK_TOLERANCE_S = 0.1  # small clock tolerance for "never early" (one machine, one clock)
+SLACK_S = 5.0  # scheduling slack on a shared 2-core machine, on top of declared bounds
+
+Factory = Callable[[], Awaitable[Scheduler]]
+
+
+@dataclass
+class Received:
+    timer_id: str
+    tenant_id: str
+    due_at: float
+    received_at: float
+    worker: str
+    attempt: int
+    batch_no: int
+
+
+@dataclass
+class RecordingProcessor:
+    """Records every fire; finishes the timer (no re-arm) and reports an effect for each."""
+
+    hold: asyncio.Event | None = None  # when set, process() waits for it (a slow or dead owner)
+    hold_s: float = 0.0  # or sleeps this long before answering
+    received: list[Received] = field(default_factory=list)
+    delivered: dict[tuple[str, float], int] = field(default_factory=dict)
+    batches: list[list[Received]] = field(default_factory=list)
+    in_process: int = 0
+
+    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
+        now = time.time()
+        batch = [
+            Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches))
+            for f in fires
+        ]
+        self.batches.append(batch)
+        self.received.extend(batch)
+        self.in_process += 1
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.hold_s:
+                await asyncio.sleep(self.hold_s)
+        finally:
+            self.in_process -= 1
+        return [Outcome(next_fire_at=None, new_state=None, effect=True) for _ in fires]
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        for f, d in zip(fires, delivered):
+            if d:
+                key = (f.timer_id, us(f.due_at))
+                self.delivered[key] = self.delivered.get(key, 0) + 1
+
+    def ids(self) -> set[str]:
+        return {r.timer_id for r in self.received}
+
+    def of(self, timer_id: str) -> list[Received]:
+        return [r for r in self.received if r.timer_id == timer_id]
+
+
+class Runner:
+    """``run`` loops started in the background; cancelling one is a crash (see schedulers.base)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.tasks: list[tuple[asyncio.Task, asyncio.Event]] = []
+
+    def start(self, processor: RecordingProcessor, worker_id: str, type_: str = "poll") -> asyncio.Task:
+        stop = asyncio.Event()
+        task = asyncio.create_task(self.scheduler.run({type_: processor}, stop, worker_id=worker_id))
+        self.tasks.append((task, stop))
+        return task
+
+    async def crash(self, task: asyncio.Task) -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    async def stop_all(self) -> None:
+        for task, stop in self.tasks:
+            stop.set()
+        for task, _ in self.tasks:
+            if not task.done():
+                try:
+                    await asyncio.wait_for(task, timeout=30)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            elif not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(poll_s)
+    return predicate()
+
+
+@contextlib.asynccontextmanager
+async def running(factory: Factory):
+    scheduler = await factory()
+    runner = Runner(scheduler)
+    try:
+        yield scheduler, runner
+    finally:
+        await runner.stop_all()
+        await scheduler.teardown(drop=True)
+
+
+def bound_s(scheduler: Scheduler) -> float:
+    return scheduler.capabilities.max_lag_s + SLACK_S
+
+
+# -- 1. never early -----------------------------------------------------------------------
+
+
+async def check_never_fires_early(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        now = time.time()
+        timers = [Timer(f"early-{i}", now + 0.5 + 0.05 * i, tenant_id=f"t{i % 3}") for i in range(40)]
+        await s.arm(timers)
+        runner.start(proc, "w1")
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 2.5 + bound_s(s))
+        assert ok, f"only {len(proc.ids())} of {len(timers)} timers fired"
+        want = {t.id: t.fire_at for t in timers}
+        early = [r for r in proc.received if r.received_at < want[r.timer_id] - CLOCK_TOLERANCE_S]
+        assert not early, (
+            f"{len(early)} fires came early, e.g. {early[0].timer_id} "
+            f"{want[early[0].timer_id] - early[0].received_at:.3f}s before fire_at"
+        )
+        wrong_due = [r for r in proc.received if abs(r.due_at - want[r.timer_id]) > 0.001]
+        assert not wrong_due, f"due_at differs from the armed fire_at for {wrong_due[0].timer_id}"
+
+
+# -- 2. every timer fires, within the declared bound --------------------------------------
+
+
+async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        now = time.time()
+        timers = [Timer(f"all-{i}", now + 0.2 + (i % 20) * 0.1, tenant_id=f"t{i % 7}") for i in range(300)]
+        runner.start(proc, "w1")
+        await s.arm(timers)
+        armed_at = time.time()
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 2.2 + bound_s(s))
+        missing = {t.id for t in timers} - proc.ids()
+        assert ok, f"{len(missing)} of {len(timers)} timers never fired, e.g. {sorted(missing)[:3]}"
+        want = {t.id: t.fire_at for t in timers}
+        limit = s.capabilities.max_lag_s + SLACK_S
+        late = [
+            (r.timer_id, r.received_at - max(want[r.timer_id], armed_at))
+            for r in proc.received
+            if r.received_at - max(want[r.timer_id], armed_at) > limit
+        ]
+        assert not late, f"{len(late)} fires later than max_lag {s.capabilities.max_lag_s}s + slack, e.g. {late[0]}"
+
+
+# -- 3. fire_at = None is due now ---------------------------------------------------------
+
+
+async def check_none_fire_at_is_due_now(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        runner.start(proc, "w1")
+        t0 = time.time()
+        await s.arm([Timer("now-0", None), Timer("now-1", None, tenant_id="t1")])
+        ok = await wait_until(lambda: proc.ids() >= {"now-0", "now-1"}, bound_s(s))
+        assert ok, "a timer armed with fire_at=None never fired: None must mean due now"
+        for r in proc.received:
+            assert r.due_at >= t0 - 1.0, f"due_at {r.due_at} of a fire_at=None timer is not its arm time"
+            assert r.received_at - t0 <= bound_s(s), f"fire_at=None fired {r.received_at - t0:.2f}s after arming"
+
+
+# -- 4. re-arming moves --------------------------------------------------------------------
+
+
+async def check_rearm_moves_timer(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        now = time.time()
+        # later: armed at +1s, moved to +3s; earlier: armed at +1h, moved to +0.5s
+        await s.arm([Timer("later", now + 1.0), Timer("earlier", now + 3600)])
+        await s.arm([Timer("later", now + 3.0), Timer("earlier", now + 0.5)])
+        runner.start(proc, "w1")
+        ok = await wait_until(lambda: proc.ids() >= {"later", "earlier"}, 3.0 + bound_s(s))
+        assert ok, f"moved timers did not fire: got {sorted(proc.ids())}"
+        await asyncio.sleep(1.0)  # room for a stale copy to show up
+        later = proc.of("later")
+        assert all(abs(r.due_at - (now + 3.0)) < 0.01 for r in later), (
+            f"'later' fired for a fire time it was moved away from: {[round(r.due_at - now, 3) for r in later]}"
+        )
+        assert all(r.received_at >= now + 3.0 - CLOCK_TOLERANCE_S for r in later), "'later' fired at its old time"
+        earlier = proc.of("earlier")
+        assert all(abs(r.due_at - (now + 0.5)) < 0.01 for r in earlier), "'earlier' did not take its new fire time"
+
+
+# -- 5. leases ----------------------------------------------------------------------------
+
+
+async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        dead = RecordingProcessor(hold=asyncio.Event())  # never answers: the owner dies mid-batch
+        timers = [Timer(f"crash-{i}", time.time() - 0.1) for i in range(10)]
+        await s.arm(timers)
+        task = runner.start(dead, "doomed")
+        ok = await wait_until(lambda: dead.ids() >= {t.id for t in timers}, bound_s(s))
+        assert ok, "the first owner never received the timers"
+        await runner.crash(task)
+        crashed_at = time.time()
+        heir = RecordingProcessor()
+        runner.start(heir, "heir")
+        limit = s.capabilities.redelivery_s + bound_s(s)
+        ok = await wait_until(lambda: heir.ids() >= {t.id for t in timers}, limit)
+        lost = {t.id for t in timers} - heir.ids()
+        assert ok, f"{len(lost)} timers of a crashed owner were not redelivered within {limit:.1f}s"
+        first = min(r.received_at for r in heir.received)
+        assert first - crashed_at >= 0, "redelivered before the crash"
+
+
+async def check_slow_owner_keeps_timers(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        slow_for = s.capabilities.redelivery_s * 2.5
+        slow = RecordingProcessor(hold_s=slow_for)
+        timers = [Timer(f"slow-{i}", time.time() - 0.1) for i in range(10)]
+        await s.arm(timers)
+        runner.start(slow, "slow")
+        ok = await wait_until(lambda: slow.ids() >= {t.id for t in timers}, bound_s(s))
+        assert ok, "the slow owner never received the timers"
+        rival = RecordingProcessor()
+        runner.start(rival, "rival")
+        await wait_until(lambda: slow.in_process == 0 and len(slow.delivered) >= len(timers), slow_for + bound_s(s))
+        await asyncio.sleep(min(2.0, s.capabilities.redelivery_s))
+        stolen = rival.ids() & {t.id for t in timers}
+        assert not stolen, f"{len(stolen)} timers were taken from a slow owner that was still heartbeating"
+        assert len(slow.delivered) == len(timers), "the slow owner's commit did not go through"
+
+
+# -- 6. duplicate fires never make duplicate effects --------------------------------------
+
+
+async def check_duplicate_fire_has_no_duplicate_effect(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        due = us(time.time() - 0.5)
+        runner.start(proc, "w1")
+        await s.arm([Timer("dup", due)])
+        ok = await wait_until(lambda: len(proc.of("dup")) >= 1 and proc.delivered, bound_s(s))
+        assert ok, "the timer did not fire"
+        # Arming the same id at the same due time again makes a second fire of the same
+        # (trigger, due_at): at-least-once allows it, the effect key must absorb it.
+        await s.arm([Timer("dup", due)])
+        ok = await wait_until(lambda: len(proc.of("dup")) >= 2, bound_s(s))
+        assert ok, "re-arming at the same due time did not fire again"
+        await asyncio.sleep(0.5)
+        assert proc.delivered.get(("dup", due), 0) == 1, (
+            f"effect for (dup, {due}) delivered {proc.delivered.get(('dup', due), 0)} times; must be exactly 1"
+        )
+
+
+# -- 7. per-tenant fairness ----------------------------------------------------------------
+
+
+async def check_big_tenant_cannot_starve_others(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        past = time.time() - 5
+        big = [Timer(f"big-{i}", past + i * 1e-4, tenant_id="big") for i in range(2000)]
+        small = [Timer(f"small-{k}-{i}", past + 1, tenant_id=f"small{k}") for k in range(5) for i in range(3)]
+        await s.arm(big + small)
+        runner.start(proc, "w1")
+        ok = await wait_until(lambda: len(proc.batches) >= 1, bound_s(s))
+        assert ok, "nothing was claimed"
+        first = {r.timer_id for r in proc.batches[0]}
+        starved = {t.id for t in small} - first
+        assert not starved, (
+            f"{len(starved)} of {len(small)} small-tenant timers were not in the first batch "
+            f"({len(first)} fires) behind a 2,000-timer tenant"
+        )
+
+
+# -- more than one runner ---------------------------------------------------------------
+
+
+async def check_two_runners_share_one_store(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        a, b = RecordingProcessor(hold_s=0.05), RecordingProcessor(hold_s=0.05)
+        runner.start(a, "a")
+        runner.start(b, "b")
+        now = time.time()
+        timers = [Timer(f"pair-{i}", now + (i % 10) * 0.1, tenant_id=f"t{i % 4}") for i in range(400)]
+        await s.arm(timers)
+        ok = await wait_until(lambda: (a.ids() | b.ids()) >= {t.id for t in timers}, 1.0 + bound_s(s))
+        assert ok, f"{len({t.id for t in timers} - (a.ids() | b.ids()))} timers never fired with two runners"
+        both = a.ids() & b.ids()
+        assert not both, f"{len(both)} timers were delivered to both runners in normal operation, e.g. {sorted(both)[:3]}"

@@ -1,0 +1,77 @@
+"""The conformance suite itself: deliberately broken schedulers must fail it."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import pytest
+
+from schedulers.base import StoreContext, Timer
+from schedulers.memory import MemoryScheduler
+from tests.conformance import promises
+
+
+class FiresEarly(MemoryScheduler):
+    """Claims every timer one second before it is due."""
+
+    def _claim(self, now, owner, batch_no):
+        return super()._claim(now + 1.0, owner, batch_no)
+
+
+class DropsTimers(MemoryScheduler):
+    """Silently loses every tenth arm."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        await super().arm([t for i, t in enumerate(timers) if i % 10 != 9])
+
+
+class IgnoresMoves(MemoryScheduler):
+    """Keeps the first fire time of an id: a moved timer still fires at its old time."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        fresh = [t for t in timers if t.id not in self._entries]
+        await super().arm(fresh)
+
+
+class NoEffectKey(MemoryScheduler):
+    """Records effects without the (trigger_id, due_at) key, so a duplicate fire repeats them."""
+
+    def _commit(self, items, outcomes, owner, processor):
+        self._effects.clear()
+        super()._commit(items, outcomes, owner, processor)
+
+
+def factory_for(cls):
+    async def factory():
+        s = cls(StoreContext(state_bytes=16), **MemoryScheduler.conformance_options)
+        await s.setup()
+        return s
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    "cls, check",
+    [
+        (FiresEarly, promises.check_never_fires_early),
+        (DropsTimers, promises.check_every_timer_fires_within_max_lag),
+        (IgnoresMoves, promises.check_rearm_moves_timer),
+        (NoEffectKey, promises.check_duplicate_fire_has_no_duplicate_effect),
+    ],
+    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key"],
+)
+async def test_broken_scheduler_fails_the_suite(cls, check, monkeypatch):
+    monkeypatch.setattr(promises, "SLACK_S", 1.0)  # fail fast: the timers are never coming
+    with pytest.raises(AssertionError):
+        await check(factory_for(cls))
+
+
+async def test_memory_passes_the_same_checks():
+    """The control: the unbroken oracle passes the checks the broken ones fail."""
+    for check in (
+        promises.check_never_fires_early,
+        promises.check_rearm_moves_timer,
+        promises.check_duplicate_fire_has_no_duplicate_effect,
+    ):
+        await check(factory_for(MemoryScheduler))
