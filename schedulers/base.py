@@ -117,6 +117,8 @@ class Scheduler(Protocol):
     name: str
     description: str
     capabilities: Capabilities
+    last_tick_at: float  # epoch s of the latest claim-loop iteration; 0.0 before run() starts.
+    # Health checks read it (seeds/000: a dead tick loop behind a green API is the failure).
     default_options: dict[str, Any]
     needs_postgres: bool
     needs_temporal: bool
@@ -148,6 +150,9 @@ class Scheduler(Protocol):
 # name -> "module:Class". A backend joins the suite by adding one line here.
 REGISTRY: dict[str, str] = {
     "memory": "schedulers.memory:MemoryScheduler",
+    "temporal_shards": "schedulers.temporal_shards:TemporalShardsScheduler",
+    "pg_leased": "schedulers.pg_leased:PgLeasedScheduler",
+    "pg_queue": "schedulers.pg_queue:PgQueueScheduler",
 }
 
 

@@ -70,6 +70,7 @@ class MemoryScheduler:
         self._effects: set[tuple[str, float]] = set()
         self._held: dict[str, set[str]] = {}  # owner -> ids it holds, for heartbeats
         self.claims = 0
+        self.last_tick_at = 0.0
         self.fires = 0
         self.recovered = 0
 
@@ -170,6 +171,7 @@ class MemoryScheduler:
         try:
             while not stop.is_set():
                 now = time.time()
+                self.last_tick_at = now
                 self._sweep_expired(now)
                 claimed = self._claim(now, owner, batch_no)
                 if claimed:

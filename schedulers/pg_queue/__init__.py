@@ -1,0 +1,393 @@
+"""pg_queue: the "before" design of seeds/003, a Postgres table used as the timer queue.
+
+It exists to be measured and migrated away from, so it behaves like the production system the
+seed describes, not like an improved one: the MVCC doom loop is part of the spec.
+
+The table (``schema.sql``)
+    One wide row per polling trigger: id, tenant, type, priority, interval, next fire time, claim
+    columns (``claimed_by``, ``claimed_at``), status, timestamps and ``poll_state``, the encrypted
+    poll state: ``StoreContext.state_bytes`` of incompressible random bytes (default 4096), so with
+    the default storage Postgres moves it out of line into TOAST (seeds/003). Six indexes: the
+    primary key, ``next_fire_at`` (the one the due-work query walks), ``tenant_id``, ``type``,
+    ``claimed_by`` and ``created_at``. Default fillfactor, default autovacuum: a first version.
+    Effects go to ``effects`` keyed ``(trigger_id, due_at)``.
+
+The cycle, and its four writes per poll (seeds/003: "one insert, two updates, and one delete")
+    Every ``tick_s`` (seeds/003: one second) a run loop takes one batch:
+
+    * **Write 1, UPDATE** ``claim_due``, its own autocommit transaction, before any polling:
+      select up to ``batch`` due rows (seeds/003: 800), oldest ``next_fire_at`` first, with
+      ``FOR UPDATE SKIP LOCKED``, and mark them claimed (``status``, ``claimed_by``,
+      ``claimed_at``, ``attempts``). ``claimed_by`` is indexed, so this update is never HOT.
+    * The processor of the timers' type polls (no write) and returns one outcome per fire.
+
+    Then one transaction commits the poll:
+
+    * **Write 2, UPDATE** ``mark_polled``: record the outcome on the row (``status='polled'``,
+      ``last_polled_at``, ``last_poll_found_events``, ``poll_count``). It changes no indexed
+      column, so it is HOT when the heap page has room, which on a default-fillfactor table
+      packed with fresh inserts it often does not (tests/pg_queue measures 14-22% of all
+      updates HOT; seeds/003 saw 18%).
+    * **Write 3, DELETE** ``delete_fired``: the fired row goes, with its TOAST chunks.
+    * **Write 4, INSERT** ``insert_next_run``: the row for the next run, carrying the poll state
+      (the poll's new state when it changed, else the state read at claim), so every fire
+      rewrites all TOAST chunks and adds an entry to each of the six indexes. A finished timer
+      (``next_fire_at`` None) gets no insert.
+    * ``record_effects`` (the effects table, not a trigger-table write): ``INSERT .. ON CONFLICT
+      DO NOTHING RETURNING`` tells which effects were newly delivered.
+
+    After the commit the processor's ``committed(fires, delivered)`` is called. Every statement
+    covers the whole batch (arrays and ``unnest``), yet every row is still written four times,
+    each write leaving a dead heap version behind: three dead versions per fire, plus the dead
+    TOAST chunks of the deleted row.
+
+Choices the seed does not state (what a typical first version does)
+    * Claims are recovered by a **stale-claim timeout**, not leases: a claim older than
+      ``stale_claim_s`` (default 300 s) is treated as abandoned and the due-work query takes it
+      again. There is no heartbeat, so a processor slower than ``stale_claim_s`` loses its
+      timers to another runner (``heartbeat_leases=False``), or re-claims them itself on a later
+      tick (a second delivery, ``attempt`` 2, whose first commit fences out the other), and a
+      crashed runner's timers come back after ``stale_claim_s`` plus one tick.
+    * The commit is fenced by the claim (``claimed_by`` and ``claimed_at``): if ``arm()`` moved a
+      row while it was in flight (the upsert clears the claim), or another runner took it over
+      after it went stale, the old fire's update, delete and re-insert skip it, so the newer arm
+      wins. The poll's new state for such a row is dropped with it (the row belongs to the newer
+      arm; its next poll reads the state again); its effect is still recorded under its key.
+    * Claimed rows keep their past ``next_fire_at`` until their commit deletes them, so every
+      tick's due-work scan also walks past the rows in flight.
+    * Claim order is ``next_fire_at`` only; ``priority`` is stored but not ordered on, and there is
+      no per-tenant fairness: one tenant's backlog fills the batch.
+    * One claim per tick per run loop: a run loop cannot fire more than ``batch / tick_s`` timers
+      a second, and a tick that slows down (walking dead index entries) lowers that ceiling.
+      Up to ``inflight_batches`` claimed batches are polled concurrently; when all are busy the
+      next tick waits.
+    * Cancelling ``run`` is a crash (see :mod:`schedulers.base`): in-flight batches are cancelled
+      and their claims are left for the stale-claim timeout. Setting ``stop`` lets in-flight
+      batches commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from psycopg_pool import AsyncConnectionPool
+
+from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.sqlfile import Queries
+
+_HERE = Path(__file__).parent
+SCHEMA_SQL = _HERE / "schema.sql"
+QUERIES_SQL = _HERE / "queries.sql"
+
+TABLES = ("triggers", "effects")
+# The six indexes of the trigger table (seeds/003: "it had six indexes"), plus the effects key.
+INDEXES = (
+    "triggers_pkey",
+    "triggers_next_fire_at_idx",
+    "triggers_tenant_id_idx",
+    "triggers_type_idx",
+    "triggers_claimed_by_idx",
+    "triggers_created_at_idx",
+    "effects_pkey",
+)
+
+
+class PgQueueScheduler:
+    name = "pg_queue"
+    description = "seeds/003 'before': Postgres table as queue, delete + re-insert per poll (the doom loop)"
+    default_options: dict[str, Any] = {
+        "tick_s": 1.0,  # the scheduler wakes this often and claims one batch, seconds (seeds/003: every second)
+        "batch": 800,  # rows claimed per tick (seeds/003: up to 800 due rows)
+        "stale_claim_s": 300.0,  # a claim older than this is abandoned and claimable again, seconds
+        "inflight_batches": 4,  # claimed batches polled concurrently per run loop
+        "batch_time_s": 1.0,  # allowance to claim and hand over one batch, seconds (enters max_lag_s)
+        "pool_size": 8,  # Postgres connections per scheduler instance
+    }
+    conformance_options: dict[str, Any] = {"tick_s": 0.1, "stale_claim_s": 2.0, "batch": 50}
+    needs_postgres = True
+    needs_temporal = False
+
+    def __init__(self, ctx: StoreContext, **options: Any) -> None:
+        unknown = set(options) - set(self.default_options)
+        if unknown:
+            raise ValueError(
+                f"unknown pg_queue option(s) {', '.join(sorted(unknown))}; "
+                f"choose from: {', '.join(sorted(self.default_options))}"
+            )
+        self.ctx = ctx
+        self.options = {**self.default_options, **options}
+        self.tick_s = float(self.options["tick_s"])
+        self.batch = int(self.options["batch"])
+        self.stale_claim_s = float(self.options["stale_claim_s"])
+        self.inflight_batches = int(self.options["inflight_batches"])
+        self.batch_time_s = float(self.options["batch_time_s"])
+        self.pool_size = int(self.options["pool_size"])
+        self.capabilities = Capabilities(
+            max_lag_s=self.tick_s + self.batch_time_s,
+            per_tenant_fairness=False,
+            heartbeat_leases=False,  # stale-claim timeout, no heartbeat
+            redelivery_s=self.stale_claim_s + self.tick_s,
+        )
+        self.q = Queries(QUERIES_SQL, ctx.schema)
+        self._pool: AsyncConnectionPool | None = None
+        self._pool_lock = asyncio.Lock()
+        self.last_tick_at = 0.0  # epoch s of the latest claim (health checks); 0.0 before run()
+        self.claims = 0
+        self.fires = 0
+        self.ticks = 0
+        self.fenced = 0  # fires whose row was moved or taken over while in flight
+        self.batch_errors = 0  # batches whose processor or commit raised (claims left to go stale)
+        self.last_error: BaseException | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _get_pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            if not self.ctx.dsn:
+                raise ValueError("pg_queue needs a Postgres DSN (StoreContext.dsn is empty); pass --dsn")
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool = await open_pool(
+                        self.ctx.dsn, min_size=1, max_size=self.pool_size, name="timerbench-pg_queue"
+                    )
+        return self._pool
+
+    async def setup(self) -> None:
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            await apply_schema(conn, self.ctx.schema, SCHEMA_SQL)
+
+    async def teardown(self, drop: bool = True) -> None:
+        if drop and self.ctx.dsn:
+            pool = await self._get_pool()
+            async with pool.connection() as conn:
+                await drop_schema(conn, self.ctx.schema)
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    def relations(self) -> list[str]:
+        return [qualified(self.ctx.schema, t) for t in TABLES]
+
+    def indexes(self) -> list[str]:
+        """Schema-qualified index names, for ``pg_stat_user_indexes``."""
+        return [qualified(self.ctx.schema, i) for i in INDEXES]
+
+    # -- arming ---------------------------------------------------------------------------
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        if not timers:
+            return
+        # One upsert cannot touch a row twice: the last arm of an id in this call wins.
+        latest: dict[str, Timer] = {}
+        for t in timers:
+            latest[t.id] = t
+        batch = list(latest.values())
+        size = self.ctx.state_bytes
+        params = {
+            "ids": [t.id for t in batch],
+            "tenants": [t.tenant_id for t in batch],
+            "types": [t.type for t in batch],
+            "priorities": [t.priority for t in batch],
+            "fire_ats": [None if t.fire_at is None else us(t.fire_at) for t in batch],
+            # Fresh encrypted state for a new trigger; ignored by the upsert for an existing one.
+            "states": [os.urandom(size) if size else None for _ in batch],
+        }
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            await conn.execute(self.q["arm_upsert"], params)
+
+    async def export_armed(self) -> list[Timer]:
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q["export_armed"])
+            rows = await cur.fetchall()
+        return [Timer(id_, fire_at, type_, tenant, prio) for id_, fire_at, type_, tenant, prio in rows]
+
+    async def stats(self) -> dict[str, float]:
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q["gauges"])
+            armed, due, claimed, oldest = await cur.fetchone()
+        return {
+            "armed": armed,
+            "queue_depth": due,
+            "claimed": claimed,
+            "oldest_due_age_s": oldest,
+            "claims": float(self.claims),
+            "fires": float(self.fires),
+            "ticks": float(self.ticks),
+            "fenced": float(self.fenced),
+            "batch_errors": float(self.batch_errors),
+        }
+
+    # -- the scheduler loop ---------------------------------------------------------------
+
+    async def run(
+        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
+    ) -> None:
+        owner = worker_id or f"pgq-{os.getpid()}-{id(stop):x}"
+        pool = await self._get_pool()
+        inflight: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.inflight_batches)
+        batch_no = 0
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                await slots.acquire()  # all batches busy: this tick waits (no overlap beyond the limit)
+                if stop.is_set():
+                    slots.release()
+                    break
+                try:
+                    fires, claimed_at = await self._claim(pool, owner, batch_no)
+                except BaseException:
+                    slots.release()
+                    raise
+                self.ticks += 1
+                self.last_tick_at = time.time()
+                if fires:
+                    batch_no += 1
+                    task = asyncio.create_task(self._process(pool, processors, fires, claimed_at, owner, slots))
+                    inflight.add(task)
+                    task.add_done_callback(inflight.discard)
+                    task.add_done_callback(self._note_error)
+                else:
+                    slots.release()
+                # One claim per tick, as the seed's scheduler: sleep out the rest of the tick.
+                wait_s = self.tick_s - (time.monotonic() - started)
+                if wait_s > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=wait_s)
+                    except TimeoutError:
+                        pass
+            if inflight:  # graceful stop: in-flight batches commit
+                await asyncio.gather(*inflight, return_exceptions=True)
+        except asyncio.CancelledError:
+            # A crash: in-flight batches die with their owner. Claims are NOT released; they come
+            # back when the stale-claim timeout lapses.
+            for task in inflight:
+                task.cancel()
+            raise
+
+    def _note_error(self, task: asyncio.Task) -> None:
+        # A batch that failed keeps its claims until the stale-claim timeout (a first version
+        # does not release them); the failure is counted so a run can report it.
+        if not task.cancelled() and task.exception() is not None:
+            self.batch_errors += 1
+            self.last_error = task.exception()
+
+    async def _claim(self, pool: AsyncConnectionPool, owner: str, batch_no: int) -> tuple[list[Fire], Any]:
+        async with pool.connection() as conn:  # autocommit: the claim commits on its own
+            cur = await conn.execute(
+                self.q["claim_due"],
+                {"owner": owner, "batch": self.batch, "stale_claim_s": self.stale_claim_s},
+            )
+            rows = await cur.fetchall()
+        if not rows:
+            return [], None
+        claimed_at = rows[0][8]  # one statement, one now(): the same for the whole batch
+        fires = [
+            Fire(id_, tenant, type_, due_at, armed_at, attempts, owner, batch_no, state, prio)
+            for id_, tenant, type_, prio, due_at, armed_at, attempts, state, _ in rows
+        ]
+        self.claims += len(fires)
+        return fires, claimed_at
+
+    async def _process(
+        self,
+        pool: AsyncConnectionPool,
+        processors: Mapping[str, Processor],
+        fires: list[Fire],
+        claimed_at: Any,
+        owner: str,
+        slots: asyncio.Semaphore,
+    ) -> None:
+        try:
+            by_type: dict[str, list[Fire]] = {}
+            for f in fires:
+                by_type.setdefault(f.type, []).append(f)
+            for type_, group in by_type.items():
+                processor = processors[type_]
+                outcomes = list(await processor.process(group))
+                if len(outcomes) != len(group):
+                    raise ValueError(
+                        f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires"
+                    )
+                delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+                processor.committed(group, delivered)
+        finally:
+            slots.release()
+
+    async def _commit(
+        self,
+        pool: AsyncConnectionPool,
+        fires: list[Fire],
+        outcomes: list[Outcome],
+        claimed_at: Any,
+        owner: str,
+    ) -> list[bool]:
+        """Writes 2-4 of the cycle plus the effects, in one transaction."""
+        ids = [f.timer_id for f in fires]
+        fence = {"owner": owner, "claimed_at": claimed_at}
+        effect_fires = [f for f, o in zip(fires, outcomes) if o.effect]
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                # Write 2: UPDATE, record the poll on the row.
+                cur = await conn.execute(
+                    self.q["mark_polled"],
+                    {**fence, "ids": ids, "found_events": [o.effect for o in outcomes]},
+                )
+                ours = [r[0] for r in await cur.fetchall()]
+                carried: dict[str, tuple[Any, int]] = {}
+                if ours:
+                    # Write 3: DELETE the fired row.
+                    cur = await conn.execute(self.q["delete_fired"], {**fence, "ids": ours})
+                    carried = {id_: (created, count) for id_, created, count in await cur.fetchall()}
+                # Write 4: INSERT the next-run row, carrying the poll state.
+                nxt = [
+                    (f, o)
+                    for f, o in zip(fires, outcomes)
+                    if f.timer_id in carried and o.next_fire_at is not None
+                ]
+                if nxt:
+                    await conn.execute(
+                        self.q["insert_next_run"],
+                        {
+                            "ids": [f.timer_id for f, _ in nxt],
+                            "tenants": [f.tenant_id for f, _ in nxt],
+                            "types": [f.type for f, _ in nxt],
+                            "priorities": [f.priority for f, _ in nxt],
+                            "intervals_s": [o.next_fire_at - f.due_at for f, o in nxt],
+                            "next_fire_ats": [us(o.next_fire_at) for _, o in nxt],
+                            "poll_counts": [carried[f.timer_id][1] for f, _ in nxt],
+                            "states": [o.new_state if o.new_state is not None else f.state for f, o in nxt],
+                            "created_ats": [carried[f.timer_id][0] for f, _ in nxt],
+                        },
+                    )
+                fresh: set[tuple[str, float]] = set()
+                if effect_fires:
+                    cur = await conn.execute(
+                        self.q["record_effects"],
+                        {
+                            "owner": owner,
+                            "ids": [f.timer_id for f in effect_fires],
+                            "due_ats": [us(f.due_at) for f in effect_fires],
+                        },
+                    )
+                    fresh = {(tid, us(due)) for tid, due in await cur.fetchall()}
+        self.fires += len(fires)
+        self.fenced += len(fires) - len(ours)
+        delivered = []
+        for f, o in zip(fires, outcomes):
+            key = (f.timer_id, us(f.due_at))
+            if o.effect and key in fresh:
+                fresh.discard(key)  # the same key twice in one batch is one effect
+                delivered.append(True)
+            else:
+                delivered.append(False)
+        return delivered

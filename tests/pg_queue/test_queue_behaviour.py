@@ -1,0 +1,128 @@
+"""pg_queue's own choices where the seed is silent: the table shape, moves during a claim, and
+the stale-claim timeout (no heartbeat)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import psycopg
+
+from schedulers.base import Fire, Outcome, Timer, us
+from tests.pg_queue.conftest import make_scheduler
+
+
+async def _wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(poll_s)
+    return predicate()
+
+
+@dataclass
+class ScriptedProcessor:
+    """Holds each batch until ``release`` is set (when given); re-arms ``rearm_in_s`` ahead, or finishes."""
+
+    rearm_in_s: float | None = None
+    release: asyncio.Event | None = None
+    received: list[Fire] = field(default_factory=list)
+    committed_ids: list[str] = field(default_factory=list)
+
+    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
+        self.received.extend(fires)
+        if self.release is not None:
+            await self.release.wait()
+        nxt = None if self.rearm_in_s is None else time.time() + self.rearm_in_s
+        return [Outcome(next_fire_at=nxt) for _ in fires]
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        self.committed_ids.extend(f.timer_id for f in fires)
+
+
+async def test_table_is_wide_with_six_indexes_and_toasted_state(pg_dsn, schema, pg_queue_ctx):
+    s = await make_scheduler(pg_queue_ctx(4096))
+    try:
+        await s.arm([Timer(f"w-{i}", time.time() + 3600) for i in range(20)])
+        assert s.relations() == [f"{schema}.triggers", f"{schema}.effects"]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            indexes = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT indexrelname FROM pg_stat_user_indexes WHERE schemaname = %s AND relname = 'triggers'",
+                    (schema,),
+                )
+            ]
+            assert len(indexes) == 6, f"seeds/003 has six indexes on the queue table, found {sorted(indexes)}"
+            assert "triggers_next_fire_at_idx" in indexes
+            assert {f"{schema}.{i}" for i in indexes} <= set(s.indexes())
+            (toast_bytes,) = conn.execute(
+                "SELECT pg_relation_size(c.reltoastrelid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'triggers'",
+                (schema,),
+            ).fetchone()
+            assert toast_bytes >= 20 * 4096, f"poll state is not stored out of line: TOAST holds {toast_bytes} bytes"
+    finally:
+        await s.teardown(drop=True)
+
+
+async def test_move_during_claim_wins_over_the_in_flight_rearm(pg_dsn, schema, pg_queue_ctx):
+    s = await make_scheduler(pg_queue_ctx(256), tick_s=0.05, stale_claim_s=30.0, batch=10)
+    release = asyncio.Event()
+    proc = ScriptedProcessor(rearm_in_s=3600.0, release=release)  # the old fire would re-arm +1 h
+    stop = asyncio.Event()
+    task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
+    try:
+        await s.arm([Timer("mover", None)])
+        assert await _wait_for(lambda: len(proc.received) == 1, 5.0), "the timer was never claimed"
+        moved_to = us(time.time() + 1.0)
+        await s.arm([Timer("mover", moved_to)])  # moved while its old fire is being polled
+        proc.rearm_in_s = None  # the fire of the moved time finishes the timer
+        release.set()
+        assert await _wait_for(lambda: len(proc.received) == 2, 6.0), "the moved timer did not fire"
+        second = proc.received[1]
+        assert abs(second.due_at - moved_to) < 1e-3, f"fired for due_at {second.due_at}, moved to {moved_to}"
+        assert second.attempt == 1
+        assert s.fenced >= 1, "the old fire's commit was not fenced off"
+        assert await _wait_for(lambda: len(proc.committed_ids) == 2, 5.0)
+        assert await s.export_armed() == [], "the in-flight re-arm (+1 h) survived the move"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await s.teardown(drop=True)
+
+
+async def test_claim_past_stale_timeout_is_taken_over_and_its_late_commit_fenced(pg_dsn, schema, pg_queue_ctx):
+    ctx = pg_queue_ctx(256)
+    # Two processes sharing the table; the slow one polls one batch at a time, so it cannot
+    # re-claim its own stale rows while it is stuck on them.
+    slow_s = await make_scheduler(ctx, tick_s=0.05, stale_claim_s=0.5, batch=10, inflight_batches=1)
+    rival_s = await make_scheduler(ctx, tick_s=0.05, stale_claim_s=0.5, batch=10)
+    slow_release = asyncio.Event()
+    slow = ScriptedProcessor(rearm_in_s=3600.0, release=slow_release)  # alive, but no heartbeat
+    rival = ScriptedProcessor(rearm_in_s=None)
+    stops = [asyncio.Event(), asyncio.Event()]
+    tasks = [asyncio.create_task(slow_s.run({"poll": slow}, stops[0], worker_id="slow"))]
+    try:
+        await slow_s.arm([Timer(f"stale-{i}", time.time() - 0.1) for i in range(5)])
+        assert await _wait_for(lambda: len(slow.received) == 5, 5.0)
+        claimed = (await slow_s.stats())["claimed"]
+        assert claimed == 5, f"{claimed} rows marked claimed"
+        tasks.append(asyncio.create_task(rival_s.run({"poll": rival}, stops[1], worker_id="rival")))
+        # A first version has no heartbeat: past stale_claim_s the rival takes the rows.
+        assert await _wait_for(lambda: len(rival.committed_ids) == 5, 5.0), "stale claims were not taken over"
+        assert all(f.attempt == 2 for f in rival.received), "a takeover is a redelivery (attempt 2)"
+        slow_release.set()
+        assert await _wait_for(lambda: len(slow.committed_ids) == 5, 5.0)
+        assert slow_s.fenced == 5, "the slow owner's late commit re-armed rows it no longer held"
+        assert await rival_s.export_armed() == [], "the slow owner's late re-arm (+1 h) came back"
+    finally:
+        slow_release.set()
+        for stop in stops:
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await slow_s.teardown(drop=False)
+        await rival_s.teardown(drop=True)
