@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 # The main job on the embedded defaults.
 run: install
 	$(BIN)/bench env up
-	$(BIN)/bench compare --workload production
-	@echo "results: runs/ (the report path is printed above)"
+	$(BIN)/bench compare --workload production --duration 60s --warmup 20s -o runs/report.html
+	@echo "results: runs/report.html (open it in a browser) and one run directory per scheduler under runs/"
 
 # The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
 test: install
@@ -30,3 +30,11 @@ stack-down:
 
 clean: stack-down
 	rm -rf $(VENV) .bench runs
+
+# Open a report in headless Chromium (installs Debian's chromium if missing), save a PNG and fail
+# on console errors. REPORT=path.html picks a report; by default runs/report.html is rebuilt
+# from runs/ (or from a short memory smoke run when runs/ is empty). SHOT=path.png for the PNG.
+.PHONY: report-screenshot
+report-screenshot:
+	@test -x $(BIN)/bench || $(MAKE) install
+	scripts/report_screenshot.sh $(REPORT) $(SHOT)

@@ -1,0 +1,248 @@
+"""One self-contained HTML file (inline CSS, PNGs as data: URIs, no script, nothing fetched), so
+the report can be mailed. The page is a list of section renderers (``SECTIONS``); each takes the
+:class:`Report` and returns HTML, or "" when it has nothing to show, so a new kind of run (such as
+a migration dry-run) adds a section without restructuring the page."""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+from typing import Callable
+
+from reports.load import Run
+from reports.plots import scheduler_colour
+from reports.report import Report
+from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
+main{max-width:1320px;margin:0 auto;padding:24px 32px 64px}
+h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:36px 0 10px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+.meta{color:#555;font-size:13px}
+table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0}
+th,td{border:1px solid #e1e1e1;padding:4px 9px;text-align:right;vertical-align:top}
+th{background:#f3f3f3} td.k,th.k{text-align:left;white-space:nowrap}
+tr.group td{background:#f7f7f7;font-weight:600;text-align:left;color:#444}
+td.best{background:#e8f6e8;font-weight:600} td.best::before{content:"★ ";color:#2a8a2a}
+.ratio{display:block;color:#777;font-size:11px;font-weight:400}
+td.text{text-align:left;max-width:360px;overflow-wrap:anywhere}
+#environment{table-layout:fixed;width:100%} #environment td.k,#environment th.k{width:130px}
+.sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-align:-1px}
+.ok{color:#1d7a1d;font-weight:600} .bad{color:#b3261e;font-weight:600} .unk{color:#8a6d00;font-weight:600}
+.warnbox{border-left:5px solid #b3261e;background:#fff4f3;padding:8px 14px;margin:8px 0}
+.okbox{border-left:5px solid #1d7a1d;background:#f2fbf2;padding:8px 14px;margin:8px 0}
+.warnbox ul,.okbox ul{margin:4px 0;padding-left:20px}
+ol.say li{margin:5px 0} .cite{color:#555;font-size:12px;white-space:nowrap}
+figure{margin:18px 0;background:#fff;border:1px solid #e1e1e1;padding:10px}
+figure img{max-width:100%} figcaption{color:#444;font-size:13px}
+details{margin:4px 0} pre{white-space:pre-wrap;font-size:12px;background:#f4f4f4;padding:8px}
+.verdict-go{color:#1d7a1d;font-size:20px;font-weight:700} .verdict-nogo{color:#b3261e;font-size:20px;font-weight:700}
+"""
+
+
+def _swatch(run: Run) -> str:
+    return f'<span class="sw" style="background:{scheduler_colour(run.scheduler)}"></span>'
+
+
+def _run_headers(report: Report, first: str = "") -> str:
+    cells = [f'<th class="k">{escape(first)}</th>']
+    for i, r in enumerate(report.runs):
+        base = " <small>(baseline)</small>" if i == report.table.baseline and len(report.runs) > 1 else ""
+        cells.append(f'<th data-run="{escape(r.label)}">{_swatch(r)}{escape(r.label)}{base}</th>')
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def section_header(report: Report) -> str:
+    names = ", ".join(escape(r.label) for r in report.runs) or "none"
+    base = report.baseline
+    return (
+        "<header><h1>timerbench report</h1>"
+        f'<div class="meta">Generated {escape(report.generated_at)} · {len(report.runs)} run(s): {names}'
+        + (f" · ratios are against <b>{escape(base.label)}</b>" if base is not None and len(report.runs) > 1 else "")
+        + "</div></header>"
+    )
+
+
+def section_checks(report: Report) -> str:
+    """Checks and warnings of every run, at the top where nobody misses them."""
+    if not report.runs and not report.failures:
+        return '<section id="checks-section"><h2>Checks</h2><div class="warnbox">No runs to report.</div></section>'
+    rows = []
+    names = ["complete", "rate held", "no missed fires", "no duplicate effects"]
+    per_run = [run_checks(r) for r in report.runs]
+    extra = sorted({c.name for checks in per_run for c in checks} - set(names))
+    for name in names + extra:
+        cells = [f'<td class="k">{escape(name)}</td>']
+        for checks in per_run:
+            c = next((c for c in checks if c.name == name), None)
+            if c is None:
+                cells.append("<td>—</td>")
+                continue
+            cls, mark = ("ok", "✔") if c.ok else (("unk", "?") if c.ok is None else ("bad", "✘"))
+            cells.append(f'<td class="text" data-check="{escape(name)}" data-ok="{c.ok}"><span class="{cls}">{mark}</span> {escape(c.detail)}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    out = ['<section id="checks-section"><h2>Checks and warnings</h2>']
+    if report.runs:
+        out.append('<table id="checks">' + _run_headers(report, "check") + "".join(rows) + "</table>")
+    warned = False
+    for r, checks in zip(report.runs, per_run):
+        warnings = list(r.summary.get("warnings") or [])
+        failed = [c for c in checks if c.ok is False]
+        if warnings or failed:
+            warned = True
+            items = [f"<li>{escape(str(w))}</li>" for w in warnings]
+            items += [f"<li>check failed: {escape(c.name)} — {escape(c.detail)}</li>" for c in failed]
+            out.append(f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
+                       f"<ul>{''.join(items)}</ul></div>")
+    diffs = environment_differences(report.runs)
+    if diffs:
+        warned = True
+        out.append('<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly comparable:<ul>'
+                   + "".join(f"<li>{escape(d)}</li>" for d in diffs) + "</ul></div>")
+    if not warned and report.runs:
+        out.append('<div class="okbox">No run recorded a warning.</div>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def section_failures(report: Report) -> str:
+    if not report.failures:
+        return ""
+    out = ['<section id="failures"><h2>Failed runs</h2>']
+    for f in report.failures:
+        out.append(
+            f'<div class="warnbox" data-failed="{escape(f.scheduler)}"><b>{escape(f.scheduler)}</b>: '
+            f"<code>{escape(' '.join(f.command))}</code> exited with {f.exit_code}"
+            + (f"; partial run directory: <code>{escape(f.run_dir)}</code>" if f.run_dir else "; no run directory")
+            + f"<details open><summary>last output</summary><pre>{escape(f.output_tail)}</pre></details></div>"
+        )
+    out.append("</section>")
+    return "".join(out)
+
+
+def section_summary(report: Report) -> str:
+    if not report.runs:
+        return ""
+    t = report.table
+    rows, group = [], None
+    for row in t.rows:
+        if row.spec.group != group:
+            group = row.spec.group
+            rows.append(f'<tr class="group"><td colspan="{len(report.runs) + 1}">{escape(group)}</td></tr>')
+        cells = [f'<td class="k">{escape(row.label)}</td>']
+        for r, c in zip(report.runs, row.cells):
+            classes = ["best"] if c.best else []
+            if row.spec.kind == "text":
+                classes.append("text")
+            value = "" if c.value is None else (c.value if isinstance(c.value, str) else repr(c.value))
+            ratio = f'<span class="ratio">{escape(c.ratio)} vs baseline</span>' if c.ratio else ""
+            cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
+                         f'data-value="{escape(str(value))}">{escape(c.text)}{ratio}</td>')
+        rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
+    legend = ("★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value). "
+              "Ratios are each run's figure over the baseline's. — : does not apply (memory has no Postgres tables). "
+              "Lag and rates cover the measured window only; warm-up is excluded. "
+              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2><table id="summary">{_run_headers(report, "figure")}'
+            + "".join(rows) + f'</table><p class="meta">{escape(legend)}</p></section>')
+
+
+def section_narrative(report: Report) -> str:
+    if not report.narrative:
+        return ""
+    items = "".join(f'<li>{escape(s.text)} <span class="cite">[{escape(s.cite)}]</span></li>' for s in report.narrative)
+    return f'<section id="narrative"><h2>What this says</h2><ol class="say">{items}</ol></section>'
+
+
+def section_figures(report: Report) -> str:
+    if not report.figures:
+        return ""
+    legend = " ".join(f"{_swatch(r)}{escape(r.label)}" for r in report.runs)
+    out = [f'<section id="figures"><h2>Figures</h2><div class="meta">Colours: {legend}</div>']
+    for f in report.figures:
+        data = base64.b64encode(f.png).decode("ascii")
+        out.append(f'<figure id="figure-{f.key}"><img class="plot" data-figure="{f.key}" alt="{escape(f.title)}" '
+                   f'src="data:image/png;base64,{data}"><figcaption><b>Figure {f.number} · {escape(f.title)}.</b> '
+                   f"{escape(f.caption)}</figcaption></figure>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def section_environment(report: Report) -> str:
+    if not report.runs:
+        return ""
+    rows = []
+    for key, label in ENVIRONMENT_ROWS:
+        values = [environment_value(r, key) for r in report.runs]
+        cells = "".join(f'<td class="text">{escape(v)}</td>' for v in values)
+        rows.append(f'<tr data-env="{key}"><td class="k">{escape(label)}</td>{cells}</tr>')
+    out = [f'<section id="environment-section"><h2>Environment</h2><table id="environment">{_run_headers(report, "")}{"".join(rows)}</table>']
+    for r in report.runs:
+        settings = r.environment.get("postgres_settings") or {}
+        body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td class="text">{escape(str(v))}</td></tr>' for k, v in sorted(settings.items()))
+        out.append(f"<details><summary>{_swatch(r)}{escape(r.label)}: resolved workload, options"
+                   + (f" and {len(settings)} Postgres settings" if settings else "") + "</summary>"
+                   f"<pre>{escape(json.dumps({'workload': r.workload, 'options': r.config.get('options') or {}}, indent=2, sort_keys=True, default=str))}</pre>"
+                   + (f'<table class="pgsettings">{body}</table>' if settings else "") + "</details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def section_migration(report: Report) -> str:
+    """Migration dry-runs (issue 8): the verdict and the comparison counts of every run that has a
+    ``migration.json``. Absent for ordinary runs."""
+    runs = [r for r in report.runs if r.migration]
+    if not runs:
+        return ""
+    out = ['<section id="migration"><h2>Migration dry-run</h2>']
+    for r in runs:
+        m = r.migration or {}
+        verdict = str(m.get("verdict", "?"))
+        cls = "verdict-go" if verdict.upper() == "GO" else "verdict-nogo"
+        out.append(f"<h3>{_swatch(r)}{escape(r.label)}</h3><div class=\"{cls}\">{escape(verdict)}</div>")
+        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+        body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>' for k, v in {**scalars, **counts}.items())
+        if body:
+            out.append(f'<table class="migration">{body}</table>')
+        rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts")}
+        if rest:
+            out.append(f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def section_runs(report: Report) -> str:
+    if not report.runs:
+        return ""
+    items = "".join(f"<li>{_swatch(r)}<b>{escape(r.label)}</b>: <code>{escape(str(r.path))}</code>"
+                    + (f' <span class="bad">({escape("; ".join(r.problems))})</span>' if r.problems else "") + "</li>"
+                    for r in report.runs)
+    return f'<section id="runs"><h2>Run directories</h2><ul>{items}</ul></section>'
+
+
+# The page, in order. A new kind of run adds its renderer here.
+SECTIONS: list[Callable[[Report], str]] = [
+    section_header,
+    section_checks,
+    section_failures,
+    section_summary,
+    section_narrative,
+    section_figures,
+    section_migration,
+    section_environment,
+    section_runs,
+]
+
+
+def render_html(report: Report) -> str:
+    body = "\n".join(s for s in (render(report) for render in SECTIONS) if s)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
+        f"<title>timerbench report · {escape(', '.join(r.label for r in report.runs))}</title>"
+        f"<style>{CSS}</style></head><body><main>\n{body}\n</main></body></html>\n"
+    )

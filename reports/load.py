@@ -1,0 +1,214 @@
+"""Finding and reading run directories for a report.
+
+Layering (STYLE.md): a report reads run directories only; it never imports a scheduler. A run
+directory is written by ``bench run`` (``metrics/``): ``config.json``, ``fires.parquet``,
+``samples.parquet``, ``summary.json`` and, for a migration dry-run, ``migration.json``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.errors import UsageError
+from metrics import rundir
+from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
+
+
+@dataclass
+class Run:
+    """One run directory, read once. ``label`` is unique within a report (set by :func:`load_runs`)."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    fires: pd.DataFrame  # fires.parquet, every column
+    samples: pd.DataFrame  # samples.parquet, long form: t, elapsed_s, scope, metric, value
+    migration: dict[str, Any] | None = None  # migration.json of a dry-run (issue 8), if present
+    problems: list[str] = field(default_factory=list)  # files missing or unreadable
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def scheduler(self) -> str:
+        return str(self.summary.get("scheduler") or self.config.get("scheduler") or self.path.name.rsplit("-", 1)[-1])
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return self.config.get("environment") or {}
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        return self.config.get("workload") or {}
+
+    @property
+    def window(self) -> dict[str, Any]:
+        return self.config.get("window") or {}
+
+    @property
+    def warmup_s(self) -> float:
+        """Where the measured window starts, in the samples' ``elapsed_s`` (seconds since the
+        sampler's origin), so figures can shade the warm-up."""
+        s = self.samples
+        start = self.window.get("measure_start")
+        if start is not None and not s.empty:
+            origin = float((s["t"] - s["elapsed_s"]).median())
+            return max(0.0, float(start) - origin)
+        return float(self.summary.get("warmup_s") or self.workload.get("warmup_s") or 0.0)
+
+    @property
+    def measured_lags_ms(self) -> pd.Series:
+        """Lag of every fire received in the measured window, in milliseconds: the fires the
+        summary's lag percentiles are computed over (warm-up excluded, missed fires have no lag)."""
+        f = self.fires
+        if f.empty or "lag_s" not in f:
+            return pd.Series(dtype="float64")
+        sel = f["lag_s"].notna() & f["fired_at"].notna()
+        if "warmup" in f:
+            sel &= ~f["warmup"].astype(bool)
+        end = self.window.get("measure_end")
+        if end is not None:
+            sel &= f["fired_at"] < float(end)
+        return f.loc[sel, "lag_s"].astype("float64") * 1000.0
+
+    def run_metric(self, metric: str) -> pd.DataFrame:
+        """``elapsed_s, value`` of one run-scope metric (``fires_per_s``, ``lag_p99_ms``, ...)."""
+        s = self.samples
+        if s.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        m = s[(s["scope"] == "run") & (s["metric"] == metric)]
+        return m[["elapsed_s", "value"]].sort_values("elapsed_s")
+
+    def relation_metric(self, metric: str, toast: bool) -> pd.DataFrame:
+        """``elapsed_s, value``: one relation metric summed over the run's tables (``toast``
+        False) or over their TOAST tables (True). Empty when the run has no tables (memory)."""
+        s = self.samples
+        if s.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        rel = s[(s["scope"] != "run") & (s["metric"] == metric)]
+        is_toast = rel["scope"].str.endswith(TOAST_SUFFIX)
+        rel = rel[is_toast] if toast else rel[~is_toast]
+        if rel.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        # One sample per second per relation; t groups one sampling pass across relations.
+        out = rel.groupby("t", as_index=False).agg(elapsed_s=("elapsed_s", "min"), value=("value", "sum"))
+        return out[["elapsed_s", "value"]].sort_values("elapsed_s")
+
+    def has_relations(self) -> bool:
+        return not self.samples.empty and bool((self.samples["scope"] != "run").any())
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / f).exists() for f in ("summary.json", "config.json"))
+
+
+def expand_run_paths(args: list[str] | tuple[str, ...]) -> list[Path]:
+    """Run directories from arguments that are run directories, parent directories or globs.
+
+    Order is kept as given (a parent's or a glob's runs sorted by name, that is by start time),
+    duplicates are dropped, and an argument that names no run is a usage error.
+    """
+    out: list[Path] = []
+    for arg in args:
+        matches = sorted(glob.glob(arg)) if any(c in arg for c in "*?[") else [arg]
+        found: list[Path] = []
+        for m in matches:
+            p = Path(m)
+            if _is_run_dir(p):
+                found.append(p)
+            elif p.is_dir():
+                found.extend(sorted(c for c in p.iterdir() if _is_run_dir(c)))
+        if not found:
+            raise UsageError(
+                f"no run directory at {arg!r}; give run directories (holding summary.json), "
+                "a directory of runs such as runs/, or a glob such as 'runs/*-pg_*'"
+            )
+        out.extend(found)
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _read(what: str, reader, path: Path, problems: list[str], empty):
+    if what.endswith((".json", ".parquet")) and not (path / what).exists():
+        problems.append(f"{what} missing")  # rundir's Parquet readers return an empty table
+        return empty
+    try:
+        return reader(path)
+    except FileNotFoundError:
+        problems.append(f"{what} missing")
+    except Exception as exc:  # a truncated file from a crashed run: say so, keep the rest
+        problems.append(f"{what} unreadable: {type(exc).__name__}: {exc}")
+    return empty
+
+
+def read_run(path: Path) -> Run:
+    """Read one run with ``metrics.rundir``'s readers. A run without ``summary.json`` (killed
+    before it could write one) gets its summary recomputed from its files and is marked
+    incomplete, so its figures are shown rather than dropped."""
+    problems: list[str] = []
+    config = _read(rundir.CONFIG, rundir.read_config, path, problems, {})
+    summary = _read(rundir.SUMMARY, rundir.read_summary, path, problems, {})
+    if not summary and config:
+        summary = _read("recomputed summary", lambda p: rundir.compute_summary(
+            p, complete=False, incomplete_reason="no summary.json; recomputed from the run's files"), path, problems, {})
+    fires = _read(rundir.FIRES, lambda p: rundir.read_fires(p).to_pandas(), path, problems, pd.DataFrame())
+    samples = _read(rundir.SAMPLES, lambda p: rundir.read_samples(p).to_pandas(), path, problems, pd.DataFrame())
+    migration = None
+    if (path / "migration.json").exists():
+        migration = _read("migration.json", lambda p: json.loads((p / "migration.json").read_text()), path, problems, None)
+    return Run(path=path, config=config, summary=summary, fires=fires, samples=samples,
+               migration=migration, problems=problems)
+
+
+def load_runs(args: list[str] | tuple[str, ...]) -> list[Run]:
+    """Read every run the arguments name and give each a label unique in the report: the
+    scheduler name, plus the run's start time when one scheduler appears more than once."""
+    runs = [read_run(p) for p in expand_run_paths(args)]
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.scheduler] = counts.get(r.scheduler, 0) + 1
+    used: set[str] = set()
+    for r in runs:
+        label = r.scheduler
+        if counts[r.scheduler] > 1:
+            stamp = r.name.split("-")[1] if r.name.count("-") >= 2 else r.name
+            label = f"{r.scheduler} @{stamp}"
+        base, n = label, 2
+        while label in used:
+            label, n = f"{base} ({n})", n + 1
+        used.add(label)
+        r.label = label
+    return runs
+
+
+def pick_baseline(runs: list[Run], baseline: str | None) -> int:
+    """Index of the baseline run: the first by default, else the run whose directory, name or
+    label matches ``baseline``."""
+    if baseline is None:
+        return 0
+    want = Path(baseline)
+    for i, r in enumerate(runs):
+        if want.exists() and want.resolve() == r.path.resolve():
+            return i
+    for i, r in enumerate(runs):
+        if baseline in (r.name, r.label):
+            return i
+    matches = [i for i, r in enumerate(runs) if r.scheduler == baseline]
+    if len(matches) == 1:
+        return matches[0]
+    choices = ", ".join(r.label for r in runs)
+    raise UsageError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")

@@ -1,0 +1,139 @@
+"""The same report as Markdown: every table of the HTML page and the narrative (the figures stay in
+the HTML file). Like the HTML page, a list of section renderers; "" means nothing to show."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from reports.report import Report
+from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _headers(report: Report, first: str) -> list[str]:
+    return [first] + [r.label + (" (baseline)" if i == report.table.baseline and len(report.runs) > 1 else "")
+                      for i, r in enumerate(report.runs)]
+
+
+def md_header(report: Report) -> str:
+    return (f"# timerbench report\n\nGenerated {report.generated_at} · {len(report.runs)} run(s): "
+            + (", ".join(r.label for r in report.runs) or "none") + ". Figures are in the HTML report.")
+
+
+def md_checks(report: Report) -> str:
+    if not report.runs:
+        return "## Checks\n\nNo runs to report."
+    per_run = [run_checks(r) for r in report.runs]
+    names: list[str] = []
+    for checks in per_run:
+        names += [c.name for c in checks if c.name not in names]
+    rows = []
+    for name in names:
+        row = [name]
+        for checks in per_run:
+            c = next((c for c in checks if c.name == name), None)
+            row.append("—" if c is None else f"{'✔' if c.ok else ('?' if c.ok is None else '✘')} {c.detail}")
+        rows.append(row)
+    out = ["## Checks and warnings", _table(_headers(report, "check"), rows)]
+    for r, checks in zip(report.runs, per_run):
+        items = [str(w) for w in r.summary.get("warnings") or []]
+        items += [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False]
+        if items:
+            out.append(f"**{r.label}**:\n" + "\n".join(f"- {w}" for w in items))
+    diffs = environment_differences(report.runs)
+    if diffs:
+        out.append("**Runs from different environments**:\n" + "\n".join(f"- {d}" for d in diffs))
+    return "\n\n".join(out)
+
+
+def md_failures(report: Report) -> str:
+    if not report.failures:
+        return ""
+    out = ["## Failed runs"]
+    for f in report.failures:
+        out.append(f"- **{f.scheduler}**: `{' '.join(f.command)}` exited with {f.exit_code}"
+                   + (f"; partial run directory `{f.run_dir}`" if f.run_dir else "; no run directory")
+                   + "\n\n  ```\n" + "\n".join("  " + line for line in f.output_tail.splitlines()) + "\n  ```")
+    return "\n".join(out)
+
+
+def md_summary(report: Report) -> str:
+    if not report.runs:
+        return ""
+    rows = []
+    for row in report.table.rows:
+        cells = [row.label]
+        for c in row.cells:
+            text = f"**★ {c.text}**" if c.best else c.text
+            if c.ratio:
+                text += f" ({c.ratio})"
+            cells.append(text)
+        rows.append(cells)
+    return ("## Table 1 · Summary\n\n" + _table(_headers(report, "figure"), rows)
+            + "\n\n★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value); (×r) is the ratio to the baseline; "
+              "— does not apply. Lag and rates cover the measured window only; warm-up is excluded. "
+              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+
+
+def md_narrative(report: Report) -> str:
+    if not report.narrative:
+        return ""
+    return "## What this says\n\n" + "\n".join(f"{i}. {s.text} [{s.cite}]" for i, s in enumerate(report.narrative, 1))
+
+
+def md_migration(report: Report) -> str:
+    runs = [r for r in report.runs if r.migration]
+    if not runs:
+        return ""
+    out = ["## Migration dry-run"]
+    for r in runs:
+        m = r.migration or {}
+        out.append(f"### {r.label}: **{m.get('verdict', '?')}**")
+        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+        if scalars or counts:
+            out.append(_table(["figure", "value"], [[str(k), str(v)] for k, v in {**scalars, **counts}.items()]))
+    return "\n\n".join(out)
+
+
+def md_environment(report: Report) -> str:
+    if not report.runs:
+        return ""
+    rows = [[label] + [environment_value(r, key) for r in report.runs] for key, label in ENVIRONMENT_ROWS]
+    out = ["## Environment", _table(_headers(report, ""), rows)]
+    for r in report.runs:
+        settings = r.environment.get("postgres_settings") or {}
+        if settings:
+            out.append(f"<details><summary>{r.label}: Postgres settings</summary>\n\n"
+                       + _table(["setting", "value"], [[str(k), str(v)] for k, v in sorted(settings.items())]) + "\n\n</details>")
+        out.append(f"<details><summary>{r.label}: resolved workload and options</summary>\n\n```json\n"
+                   + json.dumps({"workload": r.workload, "options": r.config.get("options") or {}}, indent=2, sort_keys=True, default=str)
+                   + "\n```\n\n</details>")
+    return "\n\n".join(out)
+
+
+def md_runs(report: Report) -> str:
+    if not report.runs:
+        return ""
+    return "## Run directories\n\n" + "\n".join(
+        f"- **{r.label}**: `{r.path}`" + (f" ({'; '.join(r.problems)})" if r.problems else "") for r in report.runs)
+
+
+SECTIONS: list[Callable[[Report], str]] = [
+    md_header, md_checks, md_failures, md_summary, md_narrative, md_migration, md_environment, md_runs,
+]
+
+
+def render_markdown(report: Report) -> str:
+    return "\n\n".join(s for s in (render(report) for render in SECTIONS) if s) + "\n"

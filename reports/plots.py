@@ -1,0 +1,218 @@
+"""The report's figures: matplotlib (Agg, no display), PNG bytes, one line per run and one
+colour per scheduler in every figure. Time axes are seconds since the run started; the warm-up
+(excluded from every summary figure) is shaded."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: headless, no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from reports.load import Run  # noqa: E402
+
+# Fixed colours for the known designs so a scheduler looks the same in every report.
+SCHEDULER_COLOURS = {
+    "pg_queue": "#d62728",  # red: the "before"
+    "pg_leased": "#1f77b4",  # blue
+    "temporal_shards": "#2ca02c",  # green
+    "memory": "#7f7f7f",  # grey: the harness reference
+}
+_SPARE = ["#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+_LINESTYLES = ["-", "--", ":", "-."]  # second, third ... run of the same scheduler
+DPI = 100
+
+
+def scheduler_colour(name: str) -> str:
+    if name in SCHEDULER_COLOURS:
+        return SCHEDULER_COLOURS[name]
+    return _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]  # stable across reports
+
+
+def _styles(runs: list[Run]) -> list[dict]:
+    seen: dict[str, int] = {}
+    out = []
+    for r in runs:
+        n = seen.get(r.scheduler, 0)
+        seen[r.scheduler] = n + 1
+        out.append({"color": scheduler_colour(r.scheduler), "linestyle": _LINESTYLES[n % len(_LINESTYLES)], "label": r.label})
+    return out
+
+
+@dataclass
+class Figure:
+    key: str
+    title: str
+    caption: str
+    png: bytes
+    number: int = 0
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _shade_warmup(ax, runs: list[Run]) -> None:
+    warm = max((r.warmup_s for r in runs), default=0.0)
+    if warm > 0:
+        ax.axvspan(0, warm, color="#000000", alpha=0.06, lw=0)
+        ax.text(warm, 1.0, " warm-up ends", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="#555")
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666", fontsize=10)
+
+
+def lag_cdf(runs: list[Run]) -> bytes:
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    drawn = False
+    for r, st in zip(runs, _styles(runs)):
+        lags = np.sort(r.measured_lags_ms.to_numpy())
+        lags = lags[lags > 0]  # a log axis has no zero; a 0 ms lag is below any plotted value
+        if lags.size == 0:
+            continue
+        y = np.arange(1, lags.size + 1) / lags.size
+        if lags.size > 5000:  # thin the line, keep the tail exact
+            idx = np.unique(np.concatenate([np.linspace(0, lags.size - 1, 4000).astype(int), np.arange(max(0, lags.size - 1000), lags.size)]))
+            lags, y = lags[idx], y[idx]
+        ax.step(lags, y, where="post", **st)
+        drawn = True
+    ax.set_xscale("log")
+    ax.set_xlabel("fire lag (ms, log scale) — measured window")
+    ax.set_ylabel("share of fires with lag ≤ x")
+    ax.set_ylim(0, 1.01)
+    for q in (0.5, 0.99):
+        ax.axhline(q, color="#999", lw=0.6, ls=":")
+    ax.grid(True, which="both", alpha=0.25)
+    if drawn:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        _no_data(ax, "no fires recorded in the measured window")
+    return _png(fig)
+
+
+def _time_series(runs: list[Run], panels: list[tuple[str, Callable[[Run], object], str]],
+                 logy: bool = False, extra: Callable | None = None, ylabel_fmt=None) -> bytes:
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.2 * len(panels)), sharex=True, squeeze=False)
+    for ax, (title, series, empty_note) in zip(axes[:, 0], panels):
+        drawn = False
+        for r, st in zip(runs, _styles(runs)):
+            df = series(r)
+            if df is None or len(df) == 0:
+                continue
+            ax.plot(df["elapsed_s"], df["value"], lw=1.3, **st)
+            drawn = True
+            if extra:
+                extra(ax, r, st)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(True, alpha=0.25)
+        if drawn:
+            _shade_warmup(ax, runs)
+            if logy:
+                ax.set_yscale("symlog", linthresh=1.0)
+            if ylabel_fmt:
+                ax.yaxis.set_major_formatter(ylabel_fmt)
+            ax.legend(fontsize=8, loc="best")
+        else:
+            _no_data(ax, empty_note)
+    axes[-1, 0].set_xlabel("seconds since the run started")
+    return _png(fig)
+
+
+def lag_over_time(runs: list[Run]) -> bytes:
+    return _time_series(runs, [
+        ("lag p99 (ms), per sample", lambda r: r.run_metric("lag_p99_ms"), "no lag samples"),
+        ("lag p50 (ms), per sample", lambda r: r.run_metric("lag_p50_ms"), "no lag samples"),
+    ], logy=True)
+
+
+def fire_rate_over_time(runs: list[Run]) -> bytes:
+    def target(ax, r: Run, st: dict) -> None:
+        t = r.summary.get("target_rate")
+        if t:
+            ax.axhline(float(t), color=st["color"], lw=0.8, ls=(0, (1, 3)))
+
+    return _time_series(runs, [
+        ("achieved fires/s (dotted: each run's target)", lambda r: r.run_metric("fires_per_s"), "no rate samples"),
+    ], extra=target)
+
+
+_NO_TABLES = "no Postgres tables in these runs"
+
+
+def dead_tuples_over_time(runs: list[Run]) -> bytes:
+    return _time_series(runs, [
+        ("dead tuples, tables (sum over the run's tables)", lambda r: r.relation_metric("n_dead_tup", toast=False), _NO_TABLES),
+        ("dead tuples, TOAST (sum over the tables' TOAST)", lambda r: r.relation_metric("n_dead_tup", toast=True), "no TOAST tables in these runs"),
+    ])
+
+
+def hot_ratio_series(r: Run):
+    """HOT share of all updates since the run started, over the run's tables (not TOAST, where
+    Postgres does no HOT): cumulative HOT updates over cumulative updates."""
+    hot = r.relation_metric("n_tup_hot_upd", toast=False)
+    upd = r.relation_metric("n_tup_upd", toast=False)
+    if len(hot) == 0 or len(upd) == 0:
+        return None
+    m = hot.merge(upd, on="elapsed_s", suffixes=("_hot", "_upd"))
+    m = m[m["value_upd"] > 0]
+    return m.assign(value=m["value_hot"] / m["value_upd"])[["elapsed_s", "value"]]
+
+
+def hot_ratio_over_time(runs: list[Run]) -> bytes:
+    from matplotlib.ticker import PercentFormatter
+
+    return _time_series(runs, [
+        ("HOT updates / all updates, cumulative, tables", hot_ratio_series, _NO_TABLES),
+    ], ylabel_fmt=PercentFormatter(1.0))
+
+
+def sizes_over_time(runs: list[Run]) -> bytes:
+    from matplotlib.ticker import FuncFormatter
+
+    mib = FuncFormatter(lambda v, _: f"{v / 2**20:.1f} MiB")
+
+    def total(metric: str):
+        def read(r: Run):
+            a, b = r.relation_metric(metric, toast=False), r.relation_metric(metric, toast=True)
+            if len(b) == 0:
+                return a
+            m = a.merge(b, on="elapsed_s", how="outer", suffixes=("", "_t")).fillna(0.0)
+            return m.assign(value=m["value"] + m["value_t"])[["elapsed_s", "value"]]
+
+        return read
+
+    return _time_series(runs, [
+        ("table size incl. TOAST", total("table_bytes"), _NO_TABLES),
+        ("index size", total("index_bytes"), _NO_TABLES),
+    ], ylabel_fmt=mib)
+
+
+# key, title, caption, renderer. The order is the figure numbering the narrative cites.
+FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
+    ("lag_cdf", "Lag distribution", "Cumulative distribution of fire lag over the measured window (warm-up excluded); log x. Lag = fired − max(due, armed).", lag_cdf),
+    ("lag_over_time", "Lag p50 and p99 over time", "Per-sample lag percentiles as the sampler recorded them, warm-up shaded.", lag_over_time),
+    ("fire_rate", "Achieved fire rate over time", "Fires per second per sample; the dotted line is each run's target.", fire_rate_over_time),
+    ("dead_tuples", "Dead tuples over time", "n_dead_tup summed over each run's tables (top) and their TOAST tables (bottom).", dead_tuples_over_time),
+    ("hot_ratio", "HOT ratio over time", "Share of updates that were heap-only (HOT), cumulative since the run started.", hot_ratio_over_time),
+    ("sizes", "Table and index size over time", "Heap size (pg_relation_size) of each run's tables plus their TOAST tables (top) and the size of their indexes (bottom), as sampled.", sizes_over_time),
+]
+
+
+def figure_number(key: str) -> int:
+    return next(i for i, spec in enumerate(FIGURE_SPECS, 1) if spec[0] == key)
+
+
+def render_figures(runs: list[Run]) -> list[Figure]:
+    return [Figure(key, title, caption, render(runs), number=i)
+            for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]

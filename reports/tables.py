@@ -1,0 +1,294 @@
+"""The report's tables as data: one summary row per figure, one column per run.
+
+Every number shown comes straight from a run's ``summary.json`` (which ``bench run`` computes
+from its Parquet files); nothing here re-derives or rounds a figure before it is rendered, so a
+test can compare each cell's ``value`` with a recomputation from the Parquet files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
+from reports.load import Run
+
+# memory is the harness's reference (no store): when real backends are in the report it is shown
+# but not ranked, or it would take every "best" lag and throughput mark.
+REFERENCE_SCHEDULERS = {"memory"}
+
+
+def _get(*keys: str) -> Callable[[Run], Any]:
+    def read(run: Run) -> Any:
+        value: Any = run.summary
+        for k in keys:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(k)
+        return value
+
+    return read
+
+
+def rate_share(run: Run) -> float | None:
+    """Achieved over target fire rate (1.0 = held exactly)."""
+    target, achieved = run.summary.get("target_rate"), run.summary.get("achieved_rate")
+    if not target or achieved is None:
+        return None
+    return float(achieved) / float(target)
+
+
+def rate_held(run: Run) -> bool | None:
+    share = rate_share(run)
+    return None if share is None else share >= RATE_HELD_FRACTION
+
+
+def _options(run: Run) -> str:
+    opts = run.config.get("options") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) or "defaults"
+
+
+def _workload(run: Run) -> str:
+    name = run.summary.get("workload_name") or run.workload.get("name") or "?"
+    measured, warm = run.summary.get("measured_s"), run.summary.get("warmup_s")
+    parts = [str(name)]
+    if measured is not None:
+        parts.append(f"{float(measured):g} s measured")
+    if warm is not None:
+        parts.append(f"{float(warm):g} s warm-up")
+    return ", ".join(parts)
+
+
+def _complete(run: Run) -> str:
+    if run.summary.get("complete"):
+        return "yes"
+    reason = run.summary.get("incomplete_reason") or ("; ".join(run.problems) if run.problems else "not recorded")
+    return f"no: {reason}"
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    key: str
+    label: str
+    unit: str
+    read: Callable[[Run], Any]
+    better: str | None = None  # "lower", "higher" or None (no best marked, no ratio)
+    kind: str = "number"  # number, count, bytes, ratio, percent, text
+    group: str = ""
+
+
+SUMMARY_ROWS: list[RowSpec] = [
+    RowSpec("scheduler", "Scheduler", "", lambda r: r.scheduler, kind="text", group="Run"),
+    RowSpec("options", "Options", "", _options, kind="text", group="Run"),
+    RowSpec("workload", "Workload", "", _workload, kind="text", group="Run"),
+    RowSpec("complete", "Complete", "", _complete, kind="text", group="Run"),
+    RowSpec("target_rate", "Target fire rate", "fires/s", _get("target_rate"), group="Throughput"),
+    RowSpec("achieved_rate", "Achieved fire rate", "fires/s", _get("achieved_rate"), "higher", group="Throughput"),
+    RowSpec("rate_share", "Achieved / target", "%", rate_share, "higher", kind="percent", group="Throughput"),
+    RowSpec("claim_rate", "Claim throughput", "claims/s", _get("claim_rate"), "higher", group="Throughput"),
+    RowSpec("lag_p50_ms", "Lag p50", "ms", _get("lag_ms", "p50"), "lower", group="Lag"),
+    RowSpec("lag_p90_ms", "Lag p90", "ms", _get("lag_ms", "p90"), "lower", group="Lag"),
+    RowSpec("lag_p99_ms", "Lag p99", "ms", _get("lag_ms", "p99"), "lower", group="Lag"),
+    RowSpec("lag_p999_ms", "Lag p99.9", "ms", _get("lag_ms", "p999"), "lower", group="Lag"),
+    RowSpec("lag_max_ms", "Lag max", "ms", _get("lag_ms", "max"), "lower", group="Lag"),
+    RowSpec("fires", "Fires (measured)", "", _get("fires"), kind="count", group="Correctness"),
+    RowSpec("missed", "Missed fires", "", _get("missed"), "lower", kind="count", group="Correctness"),
+    RowSpec("duplicate_fires", "Duplicate fires", "", _get("duplicate_fires"), "lower", kind="count", group="Correctness"),
+    RowSpec("duplicate_effects", "Duplicate effects", "", _get("duplicate_effects"), "lower", kind="count", group="Correctness"),
+    RowSpec("dead_table_peak", "Dead tuples, table, peak", "", _get("dead_tuples", "table_peak"), "lower", kind="count", group="Postgres"),
+    RowSpec("dead_table_end", "Dead tuples, table, end", "", _get("dead_tuples", "table_end"), "lower", kind="count", group="Postgres"),
+    RowSpec("dead_toast_peak", "Dead tuples, TOAST, peak", "", _get("dead_tuples", "toast_peak"), "lower", kind="count", group="Postgres"),
+    RowSpec("dead_toast_end", "Dead tuples, TOAST, end", "", _get("dead_tuples", "toast_end"), "lower", kind="count", group="Postgres"),
+    RowSpec("hot_ratio", "HOT ratio (HOT / all updates)", "%", _get("hot_ratio"), "higher", kind="percent", group="Postgres"),
+    RowSpec("inserts_per_fire", "Inserts per fire", "", _get("per_fire", "inserts"), "lower", group="Postgres"),
+    RowSpec("updates_per_fire", "Updates per fire", "", _get("per_fire", "updates"), "lower", group="Postgres"),
+    RowSpec("deletes_per_fire", "Deletes per fire", "", _get("per_fire", "deletes"), "lower", group="Postgres"),
+    RowSpec("wal_bytes_per_fire", "WAL bytes per fire", "B", _get("per_fire", "wal_bytes"), "lower", kind="bytes", group="Postgres"),
+    RowSpec("autovacuum_runs", "Autovacuum runs", "", _get("autovacuum_runs"), kind="count", group="Postgres"),
+    RowSpec("table_bytes_end", "Table size at end", "B", _get("table_bytes_end"), "lower", kind="bytes", group="Postgres"),
+    RowSpec("index_bytes_end", "Index size at end", "B", _get("index_bytes_end"), "lower", kind="bytes", group="Postgres"),
+]
+
+
+def _num(x: float) -> str:
+    x = float(x)
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"  # below 1: three significant figures, so close values stay distinct
+
+
+def human_bytes(n: float) -> str:
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def format_value(value: Any, kind: str) -> str:
+    """Display text for one figure; ``—`` for a figure that does not apply (None)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if kind == "text":
+        return str(value)
+    if kind == "count":
+        return f"{int(value):,}" if float(value).is_integer() else _num(value)
+    if kind == "percent":
+        return f"{float(value) * 100:.1f}%"
+    if kind == "bytes":
+        return human_bytes(value)
+    return _num(value)
+
+
+def format_ratio(value: Any, base: Any) -> str:
+    """``×1.23`` against the baseline; empty when undefined (a zero baseline)."""
+    if value is None or base is None:
+        return ""
+    value, base = float(value), float(base)
+    if base == 0:
+        return ""  # 0/0 and x/0 have no ratio
+    return f"×{value / base:.2f}"
+
+
+@dataclass
+class Cell:
+    value: Any  # the figure itself, unrounded (None: does not apply to this run)
+    text: str
+    best: bool = False
+    ratio: str = ""
+
+
+@dataclass
+class Row:
+    spec: RowSpec
+    cells: list[Cell]
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.label} ({self.spec.unit})" if self.spec.unit and self.spec.kind not in ("percent", "bytes") else self.spec.label
+
+
+@dataclass
+class SummaryTable:
+    runs: list[Run]
+    baseline: int
+    rows: list[Row] = field(default_factory=list)
+
+    def row(self, key: str) -> Row:
+        return next(r for r in self.rows if r.spec.key == key)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(float(v))
+
+
+def build_summary_table(runs: list[Run], baseline: int = 0) -> SummaryTable:
+    """Table 1. Best is marked in rows with a direction when at least two ranked runs have the
+    figure and they are not all equal (a row where every run scored the same has nothing to
+    mark). Ranked runs: every run, except the memory reference when real backends are present."""
+    table = SummaryTable(runs=runs, baseline=baseline)
+    ranked = [r.scheduler not in REFERENCE_SCHEDULERS for r in runs]
+    if not any(ranked):
+        ranked = [True] * len(runs)
+    for spec in SUMMARY_ROWS:
+        values = [spec.read(r) for r in runs]
+        cells = [Cell(value=v, text=format_value(v, spec.kind)) for v in values]
+        numbers = [float(v) for v, rk in zip(values, ranked) if rk and _is_number(v)]
+        if spec.better and len(numbers) >= 2 and len(set(numbers)) > 1:
+            best = min(numbers) if spec.better == "lower" else max(numbers)
+            for c, rk in zip(cells, ranked):
+                c.best = rk and _is_number(c.value) and float(c.value) == best
+        if spec.better and len(runs) > 1:
+            base = values[baseline]
+            for i, c in enumerate(cells):
+                if i != baseline and _is_number(c.value) and _is_number(base):
+                    c.ratio = format_ratio(c.value, base)
+        table.rows.append(Row(spec, cells))
+    return table
+
+
+# The checks a reader must not miss, per run (shown above everything else).
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: cannot tell from this run
+    detail: str
+
+
+def run_checks(run: Run) -> list[Check]:
+    s = run.summary
+    checks = [Check("complete", bool(s.get("complete")), _complete(run))]
+    share = rate_share(run)
+    checks.append(Check(
+        "rate held",
+        None if share is None else share >= RATE_HELD_FRACTION,
+        "unknown" if share is None else
+        f"achieved {_num(s['achieved_rate'])} of {_num(s['target_rate'])} fires/s ({share * 100:.1f}%; held means ≥ {RATE_HELD_FRACTION:.0%})",
+    ))
+    for key, name in (("missed", "no missed fires"), ("duplicate_effects", "no duplicate effects")):
+        v = s.get(key)
+        checks.append(Check(name, None if v is None else v == 0, "unknown" if v is None else f"{key.replace('_', ' ')}: {int(v):,}"))
+    if run.problems:
+        checks.append(Check("files readable", False, "; ".join(run.problems)))
+    return checks
+
+
+ENVIRONMENT_ROWS: list[tuple[str, str]] = [
+    ("started_at", "Started"),
+    ("python", "Python"),
+    ("platform", "Platform"),
+    ("cpus", "CPUs"),
+    ("memory_bytes", "Memory"),
+    ("postgres_version", "Postgres"),
+    ("temporal_version", "Temporal"),
+    ("timerbench_version", "timerbench"),
+    ("git_commit", "Git commit"),
+    ("dsn", "DSN"),
+    ("temporal_address", "Temporal address"),
+    ("argv", "Command"),
+]
+
+
+def environment_value(run: Run, key: str) -> str:
+    env = run.environment
+    if key in env:
+        v = env[key]
+    else:
+        v = run.config.get(key)
+    if v is None or v == "":
+        return "—"
+    if key == "memory_bytes":
+        return human_bytes(v)
+    if key == "started_at" and isinstance(v, (int, float)):
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(float(v), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if key == "argv" and isinstance(v, list):
+        return " ".join(str(a) for a in v)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def environment_differences(runs: list[Run]) -> list[str]:
+    """Machine and version fields that differ between runs: figures from different machines or
+    versions are not directly comparable, and the reader should know."""
+    out = []
+    for key, label in ENVIRONMENT_ROWS:
+        if key in ("started_at", "dsn", "temporal_address", "argv"):
+            continue
+        # A field a run does not have (memory has no Postgres) is not a difference.
+        seen = {environment_value(r, key) for r in runs} - {"—"}
+        if len(seen) > 1:
+            out.append(f"{label} differs between runs: {', '.join(sorted(seen))}")
+    return out

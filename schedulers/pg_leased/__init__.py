@@ -1,0 +1,538 @@
+"""pg_leased: the Postgres answer (seeds/000 + seeds/001): SKIP LOCKED claims, heartbeat
+leases, a sweeper, and HOT-friendly storage.
+
+Data flow of one fire (every statement is in ``queries.sql``, the tables in ``schema.sql``):
+
+1. ``claim_due`` — one short transaction, committed before any work runs (seeds/000: "claim,
+   commit, then execute"; a claim held open across a slow poll pins the vacuum horizon). It
+   locks due rows with ``FOR UPDATE SKIP LOCKED``, ranks them per tenant with ``ROW_NUMBER``
+   outside the locking query, keeps ``max_per_tenant`` per tenant, and marks the picked rows
+   ``running`` under a lease ``(owner_id, lease_expires)`` (seeds/001).
+2. ``fetch_states`` — the poll state of the whole batch in one query (seeds/000: batched
+   per-tick lookups instead of per-row round trips).
+3. The processor polls.
+4. ``commit_batch`` — one statement, hence one transaction: re-arm (next fire time, lease
+   cleared, version + 1), the new poll state, and the effects under their ``(trigger_id,
+   due_at)`` key (seeds/001 idempotent checkpoint); ``RETURNING`` says which effects were new,
+   and the processor hears it through ``committed``.
+
+Rows are updated in place, never deleted per fire. A finished timer stays as a ``done`` row,
+outside the partial index. ``next_fire_at IS NULL`` is due now; it is stored as ``due_key =
+-infinity`` (a generated column) so that "due" is one index range, NULLs first.
+
+Leases (seeds/000 "the timeout is not evidence of death, it is evidence of silence"): while a
+batch is in flight, its run loop's heartbeat extends the lease of every row it holds every
+``lease_s * heartbeat_fraction``; every run loop also runs the sweeper every ``sweep_s``, which
+returns rows whose lease has lapsed to ``scheduled`` (safe on all nodes at once). A crashed
+owner's rows come back after ``lease_s + sweep_s + tick_s`` at most; a slow owner that still
+heartbeats keeps them. Cancelling ``run`` is a crash: leases are not released, heartbeats stop.
+
+Re-arm versus move: ``arm()`` of an id that is in flight bumps its ``version``; the in-flight
+batch's commit only re-arms rows whose ``(owner_id, version, attempt)`` still match its claim, so
+the move wins. The same check drops a commit for a row swept away from an owner that looked dead.
+
+Fairness: the seed's claim over-selects ``limit * max_per_tenant`` rows so the per-tenant cap
+still leaves a full batch. That holds while the big tenant's backlog is smaller than the
+over-select; behind a larger one (the conformance suite's 2,000-row tenant against 500 locked
+rows) every locked row belongs to one tenant. ``claim_due`` therefore adds a second locking
+branch that takes each tenant's earliest due rows directly (a loose index scan over tenants,
+capped at ``tenant_scan`` tenants per claim), and ranks the union of both.
+
+HOT-friendliness knobs (all options, all recorded in ``self.options``):
+
+* ``split_state`` keeps the wide, incompressible poll state in its own key-value table updated
+  only by primary key, so those updates can be HOT; the schedule row stays narrow. The schedule
+  row itself is never HOT on a claim or re-arm: both change ``state`` (the partial indexes'
+  predicate) and ``due_key`` (indexed). Heartbeats touch only ``lease_expires`` and can be HOT.
+* ``skip_unchanged_state``: no state write when the poll did not change it.
+* ``fillfactor_pct`` / ``state_fillfactor_pct``: free room on each page for HOT versions.
+* ``inline_state`` keeps the state inside the row (``toast_tuple_target = 8160``) instead of
+  TOAST, which turns one state write from a row update plus a delete and an insert per TOAST
+  chunk into one row update. With a 4 kB state that update cannot be HOT (two versions do not
+  fit in a page) and still costs fewer writes than TOAST's HOT one: the HOT ratio alone
+  misleads here, writes per fire do not.
+* ``autovacuum_tuned`` with per-table scale factor, threshold and cost delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
+from schedulers.pg import drop_schema, open_pool, qualified
+from schedulers.sqlfile import Queries, load_blocks
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+SCHEMA_SQL = HERE / "schema.sql"
+QUERIES_SQL = HERE / "queries.sql"
+
+TOAST_TUPLE_TARGET_DEFAULT = 2032  # Postgres' default for 8 kB pages: wider rows go to TOAST
+TOAST_TUPLE_TARGET_MAX = 8160  # the largest Postgres accepts: a 4 kB state stays in the row
+
+
+def _ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(us(t), tz=timezone.utc)
+
+
+def _release(held: Counter[str], items: Sequence["_Claimed"]) -> None:
+    """Stop heartbeating these rows (counted: a row may be swept and re-claimed by this same
+    loop while a stalled batch still holds its older claim)."""
+    held.subtract(c.fire.timer_id for c in items)
+    for c in items:
+        if held[c.fire.timer_id] <= 0:
+            del held[c.fire.timer_id]
+
+
+@dataclass(slots=True)
+class _Claimed:
+    fire: Fire
+    version: int
+    due: datetime  # the exact timestamptz the effect key uses
+
+
+class PgLeasedScheduler:
+    name = "pg_leased"
+    description = "Postgres with SKIP LOCKED claims, per-tenant fairness, heartbeat leases, a sweeper, HOT-friendly state"
+    default_options: dict[str, Any] = {
+        # seeds/000: "a 100ms tick means up to 100ms of scheduling latency". Seconds; the
+        # longest a run loop sleeps when a claim came back empty.
+        "tick_s": 0.1,
+        # seeds/000: "with a batch of 200". Rows per claim (and per processor call).
+        "batch": 200,
+        # Rows one tenant may take in one claim; also the over-select factor
+        # (seeds/000: lock batch * max_per_tenant rows, saturating).
+        "max_per_tenant": 20,
+        # Tenants (with any scheduled row, due or not) the fairness branch of claim_due visits
+        # per claim, in tenant_id order, two index probes each. Tenants past it still get
+        # claimed by the seed's time-ordered branch, but without the fairness guarantee.
+        "tenant_scan": 256,
+        # seconds a lease lasts without a heartbeat; a crashed owner's rows come back after it.
+        # seeds/001: too short steals from slow owners (safe, with keyed effects), too long
+        # delays recovery.
+        "lease_s": 30.0,
+        # heartbeat period as a fraction of lease_s (1/3: two heartbeats may be lost in a row).
+        "heartbeat_fraction": 1 / 3,
+        # seconds between sweeps of expired leases, per run loop.
+        "sweep_s": 5.0,
+        # batches one run loop processes concurrently (each holds a claim and its leases). A
+        # batch finishes with its slowest poll (provider p99 ~1 s), so 4 x 200 in flight caps a
+        # loop near 500 fires/s, under the seeds' 556/s: 16 x 200 leaves room.
+        "inflight_batches": 16,
+        # connections in this instance's pool.
+        "pool_size": 12,
+        # percent; schedule table page fill. Claims and re-arms are never HOT (they change
+        # indexed columns); the free room serves HOT heartbeats and page-local non-HOT versions.
+        "fillfactor_pct": 90,
+        # percent; state table page fill. 50 leaves room for a new version of every row on the
+        # page: one commit updates a whole batch in one transaction, and its own old versions
+        # cannot be pruned before it commits, so a batch that covers a whole page (claims come
+        # in due order, often neighbours) needs that much room to stay HOT. The rows are narrow
+        # (the state itself is in TOAST), so the cost is a small table twice as big.
+        "state_fillfactor_pct": 50,
+        # poll state in its own table, updated by primary key (HOT-able). False: in the row.
+        "split_state": True,
+        # skip the state write when the poll did not change it.
+        "skip_unchanged_state": True,
+        # keep the poll state inside the heap row (toast_tuple_target 8160) instead of TOAST.
+        # Measured (tests/pg_leased/measure_knobs.py, 4096-byte state): 2.6 instead of 4.4
+        # tuple writes per fire, same row bytes, no TOAST churn, fewer dead tuples. The price
+        # is the state table's HOT ratio: two versions of a 4 kB row do not fit in one 8 kB
+        # page, so each state change is a non-HOT update with one PK index entry (TOAST's is
+        # a HOT update plus three chunk inserts, three chunk deletes and three TOAST index
+        # entries). States up to ~4000 bytes stay inline *and* HOT at state_fillfactor_pct 50.
+        "inline_state": True,
+        # per-table autovacuum settings on schedule and state (False: server defaults).
+        "autovacuum_tuned": True,
+        # fraction of the table's rows that must be dead before autovacuum (server: 0.2).
+        "autovacuum_scale_factor": 0.02,
+        # rows; added to the scale-factor threshold (server: 50).
+        "autovacuum_threshold_rows": 1000,
+        # milliseconds of cost-based vacuum sleep (server: 2); 0 lets vacuum keep up with churn.
+        "autovacuum_cost_delay_ms": 0,
+    }
+    conformance_options: dict[str, Any] = {
+        "tick_s": 0.05,
+        "lease_s": 2.0,
+        "sweep_s": 0.25,
+        "batch": 50,
+        "max_per_tenant": 10,
+    }
+    needs_postgres = True
+    needs_temporal = False
+
+    def __init__(self, ctx: StoreContext, **options: Any) -> None:
+        unknown = set(options) - set(self.default_options)
+        if unknown:
+            raise ValueError(
+                f"unknown pg_leased option(s) {sorted(unknown)}; valid: {', '.join(sorted(self.default_options))}"
+            )
+        if not ctx.dsn:
+            raise ValueError("pg_leased needs a Postgres DSN (StoreContext.dsn is empty)")
+        self.ctx = ctx
+        self.options = {**self.default_options, **options}
+        o = self.options
+        self.tick_s = float(o["tick_s"])
+        self.batch = int(o["batch"])
+        self.max_per_tenant = int(o["max_per_tenant"])
+        self.tenant_scan = int(o["tenant_scan"])
+        self.lease_s = float(o["lease_s"])
+        self.heartbeat_s = self.lease_s * float(o["heartbeat_fraction"])
+        self.sweep_s = float(o["sweep_s"])
+        self.inflight_batches = int(o["inflight_batches"])
+        self.split_state = bool(o["split_state"])
+        self.skip_unchanged_state = bool(o["skip_unchanged_state"])
+        if self.batch < 1 or self.max_per_tenant < 1 or self.tenant_scan < 1:
+            raise ValueError("pg_leased: batch, max_per_tenant and tenant_scan must be >= 1")
+        if not 0 < float(o["heartbeat_fraction"]) < 1:
+            raise ValueError(f"pg_leased: heartbeat_fraction must be in (0, 1), got {o['heartbeat_fraction']}")
+        self.capabilities = Capabilities(
+            # A due row waits at most one tick for the next claim; the rest is claim, state
+            # fetch and queueing behind in-flight batches in normal (not overloaded) operation.
+            max_lag_s=self.tick_s + 1.0,
+            per_tenant_fairness=True,
+            heartbeat_leases=True,
+            redelivery_s=self.lease_s + self.sweep_s + self.tick_s,
+        )
+        self.q = Queries(QUERIES_SQL, ctx.schema)
+        self._pool: AsyncConnectionPool | None = None
+        self._wake = asyncio.Event()
+        self.claims = 0  # claim statements that returned rows
+        self.claimed = 0  # rows claimed
+        self.fires = 0  # rows committed (re-armed or finished)
+        self.lost = 0  # rows whose commit found them moved or taken (no re-arm)
+        self.recovered = 0  # rows the sweeper returned from a silent owner
+        self.state_writes = 0
+        self.heartbeats = 0
+        self.last_tick_at = 0.0  # epoch s of the latest claim-loop iteration (health checks)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def _pool_(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            self._pool = await open_pool(
+                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name=f"pg_leased-{self.ctx.schema}"
+            )
+        return self._pool
+
+    def _schema_params(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "fillfactor_pct": int(o["fillfactor_pct"]),
+            "state_fillfactor_pct": int(o["state_fillfactor_pct"]),
+            "toast_tuple_target": TOAST_TUPLE_TARGET_MAX if o["inline_state"] else TOAST_TUPLE_TARGET_DEFAULT,
+            "autovacuum_scale_factor": float(o["autovacuum_scale_factor"]),
+            "autovacuum_threshold_rows": int(o["autovacuum_threshold_rows"]),
+            "autovacuum_cost_delay_ms": float(o["autovacuum_cost_delay_ms"]),
+        }
+
+    async def setup(self) -> None:
+        pool = await self._pool_()
+        params = {k: sql.Literal(v) for k, v in self._schema_params().items()}
+        skip = "autovacuum_server_defaults" if self.options["autovacuum_tuned"] else "autovacuum_tuned"
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.ctx.schema)))
+                for name, body in load_blocks(SCHEMA_SQL).items():
+                    if name != skip:
+                        await conn.execute(sql.SQL(body).format(schema=sql.Identifier(self.ctx.schema), **params))
+
+    async def teardown(self, drop: bool = True) -> None:
+        if drop and self.ctx.dsn:
+            pool = await self._pool_()
+            async with pool.connection() as conn:
+                await drop_schema(conn, self.ctx.schema)
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def relations(self) -> list[str]:
+        return [qualified(self.ctx.schema, t) for t in ("schedule", "state", "effects")]
+
+    # -- arming -----------------------------------------------------------------------------
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        if not timers:
+            return
+        latest: dict[str, Timer] = {}
+        for t in timers:  # one upsert may not touch a row twice: the last arm of an id wins
+            latest.pop(t.id, None)
+            latest[t.id] = t
+        ts = sorted(latest.values(), key=lambda t: t.id)  # row locks in id order (see commit_batch)
+        ids = [t.id for t in ts]
+        size = self.ctx.state_bytes
+        # Encrypted poll state is incompressible: random bytes, created at first arm.
+        states = [os.urandom(size) if size else b"" for _ in ts]
+        pool = await self._pool_()
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    self.q["arm"],
+                    {
+                        "ids": ids,
+                        "tenant_ids": [t.tenant_id for t in ts],
+                        "types": [t.type for t in ts],
+                        "priorities": [t.priority for t in ts],
+                        "fire_ats": [_ts(t.fire_at) for t in ts],
+                        "poll_states": [None] * len(ts) if self.split_state else states,
+                    },
+                    binary=True,
+                )
+                if self.split_state:
+                    await conn.execute(self.q["arm_states"], {"ids": ids, "poll_states": states}, binary=True)
+        self._wake.set()
+
+    async def export_armed(self) -> list[Timer]:
+        pool = await self._pool_()
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(self.q["export_armed"])).fetchall()
+        return [Timer(i, None if f is None else f.timestamp(), ty, te, p) for i, f, ty, te, p in rows]
+
+    async def stats(self) -> dict[str, float]:
+        pool = await self._pool_()
+        async with pool.connection() as conn:
+            row = await (await conn.execute(self.q["stats"])).fetchone()
+        armed, due, in_flight, expired, oldest_due_s = row
+        return {
+            "armed": float(armed),
+            "due": float(due),
+            "in_flight": float(in_flight),
+            "expired_leases": float(expired),
+            "oldest_due_s": float(oldest_due_s),
+            "claims": float(self.claims),
+            "claimed": float(self.claimed),
+            "fires": float(self.fires),
+            "lost_commits": float(self.lost),
+            "recovered_leases": float(self.recovered),
+            "state_writes": float(self.state_writes),
+            "heartbeats": float(self.heartbeats),
+        }
+
+    # -- the run loop -----------------------------------------------------------------------
+
+    async def run(
+        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
+    ) -> None:
+        owner = worker_id or f"pgl-{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+        held: Counter[str] = Counter()  # rows this loop holds under lease, for the heartbeat
+        inflight: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.inflight_batches)
+        keepers = [
+            asyncio.create_task(self._heartbeat_loop(owner, held)),
+            asyncio.create_task(self._sweep_loop()),
+        ]
+        batch_no = 0
+        try:
+            while not stop.is_set():
+                self.last_tick_at = time.time()
+                await slots.acquire()  # claim only what this loop can start processing now
+                if stop.is_set():
+                    slots.release()
+                    break
+                try:
+                    claimed = await self._claim(owner, batch_no)
+                    self.last_tick_at = time.time()
+                except Exception:
+                    slots.release()
+                    log.exception("pg_leased %s: claim failed; retrying after a tick", owner)
+                    await self._nap(stop)
+                    continue
+                if not claimed:
+                    slots.release()
+                    await self._nap(stop)
+                    continue
+                batch_no += 1
+                held.update(c.fire.timer_id for c in claimed)  # Counter: +1 each
+                task = asyncio.create_task(self._process(processors, claimed, owner, held, slots))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+                if not self._maybe_more(claimed):
+                    await self._nap(stop)
+            if inflight:  # graceful stop: let in-flight batches commit
+                await asyncio.gather(*inflight, return_exceptions=True)
+        except asyncio.CancelledError:
+            # A crash: in-flight batches die uncommitted and their leases are left to lapse.
+            for task in inflight:
+                task.cancel()
+            raise
+        finally:
+            for k in keepers:
+                k.cancel()
+
+    def _maybe_more(self, claimed: list[_Claimed]) -> bool:
+        """More may be due right now: the batch was full, or a tenant hit its cap."""
+        if len(claimed) >= self.batch:
+            return True
+        per_tenant: dict[str, int] = {}
+        for c in claimed:
+            n = per_tenant.get(c.fire.tenant_id, 0) + 1
+            if n >= self.max_per_tenant:
+                return True
+            per_tenant[c.fire.tenant_id] = n
+        return False
+
+    async def _nap(self, stop: asyncio.Event) -> None:
+        """Sleep one tick, or less when this instance arms something or stop is set."""
+        self._wake.clear()
+        waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self.tick_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _claim(self, owner: str, batch_no: int) -> list[_Claimed]:
+        pool = await self._pool_()
+        async with pool.connection() as conn:  # autocommit: the claim commits on return
+            cur = await conn.execute(
+                self.q["claim_due"],
+                {
+                    "limit": self.batch,
+                    "max_per_tenant": self.max_per_tenant,
+                    "tenant_scan": self.tenant_scan,
+                    "owner": owner,
+                    "lease_s": self.lease_s,
+                },
+            )
+            rows = await cur.fetchall()
+        out = []
+        for tid, tenant, type_, prio, due, armed_at, version, attempt in rows:
+            fire = Fire(tid, tenant, type_, us(due.timestamp()), us(armed_at.timestamp()), attempt, owner, batch_no, None, prio)
+            out.append(_Claimed(fire, version, due))
+        if out:
+            self.claims += 1
+            self.claimed += len(out)
+        return out
+
+    async def _fetch_states(self, ids: list[str]) -> dict[str, bytes]:
+        pool = await self._pool_()
+        name = "fetch_states" if self.split_state else "fetch_states_inline"
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q[name], {"ids": ids}, binary=True)
+            return {i: s for i, s in await cur.fetchall()}
+
+    async def _process(
+        self,
+        processors: Mapping[str, Processor],
+        claimed: list[_Claimed],
+        owner: str,
+        held: Counter[str],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        pending = {id(c): c for c in claimed}  # claims this batch still holds
+
+        def release(items: list[_Claimed]) -> None:
+            _release(held, items)
+            for c in items:
+                pending.pop(id(c), None)
+
+        try:
+            states = await self._fetch_states([c.fire.timer_id for c in claimed])
+            by_type: dict[str, list[_Claimed]] = {}
+            for c in claimed:
+                c.fire.state = states.get(c.fire.timer_id)
+                by_type.setdefault(c.fire.type, []).append(c)
+            for type_, items in by_type.items():
+                processor = processors.get(type_)
+                if processor is None:
+                    # Not ours to run: stop heartbeating so the lease lapses and a loop that
+                    # has this type's processor gets it from the sweeper.
+                    log.warning("pg_leased %s: no processor for type %r; %d rows left to lapse", owner, type_, len(items))
+                    release(items)
+                    continue
+                fires = [c.fire for c in items]
+                outcomes = await processor.process(fires)
+                delivered = await self._commit(items, outcomes, owner)
+                release(items)
+                processor.committed(fires, [delivered[f.timer_id] for f in fires])
+        except asyncio.CancelledError:
+            raise  # a crash: keep the leases, they lapse
+        except Exception:
+            # The rows stay leased until they lapse; the sweeper then hands them out again.
+            log.exception("pg_leased %s: batch failed; its rows come back after the lease", owner)
+            release(list(pending.values()))
+        finally:
+            slots.release()
+
+    async def _commit(self, items: list[_Claimed], outcomes: Sequence[Outcome], owner: str) -> dict[str, bool]:
+        """Commit one batch in one statement; returns timer id -> effect newly recorded."""
+        if len(outcomes) != len(items):
+            raise ValueError(f"processor returned {len(outcomes)} outcomes for {len(items)} fires")
+        # id order, as arm() and commit_batch's lock step: effect-key inserts queue, not deadlock
+        order = sorted(range(len(items)), key=lambda i: items[i].fire.timer_id)
+        items = [items[i] for i in order]
+        outcomes = [outcomes[i] for i in order]
+        poll_states: list[bytes | None] = []
+        for c, o in zip(items, outcomes):
+            new, old = o.new_state, c.fire.state
+            if self.skip_unchanged_state:
+                poll_states.append(None if new is None or new == old else new)
+            else:  # write every fire, as a design that does not track changes would
+                poll_states.append(new if new is not None else old)
+        params = {
+            "ids": [c.fire.timer_id for c in items],
+            "versions": [c.version for c in items],
+            "attempts": [c.fire.attempt for c in items],
+            "next_fire_ats": [_ts(o.next_fire_at) for o in outcomes],
+            "finished": [o.next_fire_at is None for o in outcomes],
+            "poll_states": poll_states,
+            "effect_dues": [c.due if o.effect else None for c, o in zip(items, outcomes)],
+            "owner": owner,
+        }
+        name = "commit_batch" if self.split_state else "commit_batch_inline"
+        pool = await self._pool_()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q[name], params, binary=True)
+            delivered_ids, rearmed, states_written = await cur.fetchone()
+        fresh = set(delivered_ids)
+        self.fires += rearmed
+        self.lost += len(items) - rearmed
+        self.state_writes += states_written
+        if rearmed:
+            self._wake.set()  # a re-arm may be due within the tick
+        return {c.fire.timer_id: c.fire.timer_id in fresh for c in items}
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self, owner: str, held: Counter[str]) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            if not held:
+                continue
+            try:
+                pool = await self._pool_()
+                async with pool.connection() as conn:
+                    await conn.execute(
+                        self.q["extend_leases"], {"ids": list(held), "owner": owner, "lease_s": self.lease_s}
+                    )
+                self.heartbeats += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pg_leased %s: heartbeat failed; retrying", owner)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                pool = await self._pool_()
+                async with pool.connection() as conn:
+                    cur = await conn.execute(self.q["sweep_expired_leases"])
+                    self.recovered += len(await cur.fetchall())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pg_leased: sweep failed; retrying")

@@ -1,0 +1,281 @@
+-- pg_leased queries. Values travel as bind parameters (%(name)s), identifiers via {schema}.
+-- Every per-row input is an array unnested in SQL: one statement per batch, never per row.
+
+-- name: arm
+-- Upsert by id. An existing id moves: new fire time, back to scheduled, lease dropped, and
+-- version + 1 so that an in-flight batch holding the old version cannot re-arm over the move.
+INSERT INTO {schema}.schedule AS s
+       (id, tenant_id, type, priority, next_fire_at, armed_at, state, version, attempt, poll_state)
+SELECT u.id, u.tenant_id, u.type, u.priority, u.fire_at, now(), 'scheduled', 0, 0, u.poll_state
+FROM unnest(%(ids)s::text[], %(tenant_ids)s::text[], %(types)s::text[], %(priorities)s::int[],
+            %(fire_ats)s::timestamptz[], %(poll_states)s::bytea[])
+     AS u(id, tenant_id, type, priority, fire_at, poll_state)
+ON CONFLICT (id) DO UPDATE SET
+    tenant_id = excluded.tenant_id,
+    type = excluded.type,
+    priority = excluded.priority,
+    next_fire_at = excluded.next_fire_at,
+    armed_at = now(),
+    state = 'scheduled',
+    version = s.version + 1,
+    attempt = 0,
+    owner_id = NULL,
+    lease_expires = NULL;
+
+-- name: arm_states
+-- split_state: the poll state is created at first arm; a move keeps the existing state.
+INSERT INTO {schema}.state (id, poll_state)
+SELECT u.id, u.poll_state
+FROM unnest(%(ids)s::text[], %(poll_states)s::bytea[]) AS u(id, poll_state)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: claim_due
+-- seeds/000's two-step claim, in one short transaction that commits before any work runs.
+--
+-- Step 1 locks candidates with FOR UPDATE SKIP LOCKED (two loops never get the same row):
+--   `locked`: the seed's query. Due scheduled rows by priority, then fire time (NULL = -infinity
+--     first), over-selecting limit * max_per_tenant rows; the product saturates at int4 max
+--     instead of overflowing (seeds/000: "a pathological configuration should degrade").
+--   `heads`: up to max_per_tenant earliest due rows of each of the first tenant_scan tenants.
+--     The seed's over-select only helps while the big tenant's backlog is smaller than
+--     limit * max_per_tenant; a 2,000-row backlog ahead of everyone fills all 500 locked rows
+--     with one tenant and starves the rest. `heads` finds the other tenants directly: a loose
+--     index scan (`tenants`, one index probe per tenant) and one bounded range per tenant.
+-- Step 2, outside the locking queries (Postgres forbids FOR UPDATE with window functions):
+--   rank per tenant with ROW_NUMBER, keep rn <= max_per_tenant, up to limit, in the seed's
+--   order. Rows locked but not picked are released at commit, untouched.
+-- The same statement marks the picked rows running under a lease for this owner.
+WITH RECURSIVE tenants(tenant_id, n) AS (
+    (SELECT s.tenant_id, 1
+       FROM {schema}.schedule s
+      WHERE s.state = 'scheduled'
+      ORDER BY s.tenant_id
+      LIMIT 1)
+    UNION ALL
+    SELECT nxt.tenant_id, t.n + 1
+      FROM tenants t
+     CROSS JOIN LATERAL (
+           SELECT s.tenant_id
+             FROM {schema}.schedule s
+            WHERE s.state = 'scheduled' AND s.tenant_id > t.tenant_id
+            ORDER BY s.tenant_id
+            LIMIT 1) nxt
+     WHERE t.n < %(tenant_scan)s
+), heads AS (
+    SELECT h.id, h.tenant_id, h.priority, h.due_key
+      FROM tenants t
+     CROSS JOIN LATERAL (
+           SELECT s.id, s.tenant_id, s.priority, s.due_key
+             FROM {schema}.schedule s
+            WHERE s.state = 'scheduled'
+              -- tenant_id = t.tenant_id AND due_key <= now(), written as one range of
+              -- schedule_tenant_due_idx: the planner cannot answer it from schedule_due_idx
+              -- (with a plain equality it did, filtering a big tenant's backlog per tenant).
+              AND (s.tenant_id, s.due_key) >= (t.tenant_id, '-infinity'::timestamptz)
+              AND (s.tenant_id, s.due_key) <= (t.tenant_id, now())
+            ORDER BY s.tenant_id, s.due_key
+            LIMIT %(max_per_tenant)s
+              FOR UPDATE SKIP LOCKED) h
+), locked AS (
+    SELECT s.id, s.tenant_id, s.priority, s.due_key
+      FROM {schema}.schedule s
+     WHERE s.state = 'scheduled'
+       AND s.due_key <= now()
+     ORDER BY s.priority DESC, s.due_key ASC
+     LIMIT least(%(limit)s::bigint * %(max_per_tenant)s::bigint, 2147483647)
+       FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT * FROM locked
+    UNION
+    SELECT * FROM heads
+), ranked AS (
+    SELECT c.id, c.priority, c.due_key,
+           row_number() OVER (PARTITION BY c.tenant_id
+                              ORDER BY c.priority DESC, c.due_key ASC) AS rn
+      FROM candidates c
+), picked AS (
+    SELECT r.id
+      FROM ranked r
+     WHERE r.rn <= %(max_per_tenant)s
+     ORDER BY r.priority DESC, r.due_key ASC
+     LIMIT %(limit)s
+)
+UPDATE {schema}.schedule s
+   SET state = 'running',
+       owner_id = %(owner)s,
+       lease_expires = now() + make_interval(secs => %(lease_s)s),
+       attempt = s.attempt + 1
+  FROM picked
+ WHERE s.id = picked.id
+RETURNING s.id, s.tenant_id, s.type, s.priority,
+          coalesce(s.next_fire_at, s.armed_at) AS due_at,  -- NULL fire time: due when armed
+          s.armed_at, s.version, s.attempt;
+
+-- name: fetch_states
+-- Batched lookup (seeds/000: one query per tick, not one round trip per row), split_state on.
+SELECT id, poll_state FROM {schema}.state WHERE id = ANY(%(ids)s::text[]);
+
+-- name: fetch_states_inline
+-- The same lookup when the poll state lives in the schedule row (split_state off).
+SELECT id, poll_state FROM {schema}.schedule WHERE id = ANY(%(ids)s::text[]);
+
+-- name: extend_leases
+-- Heartbeat (seeds/000: "make the live case produce a signal"): push the lease of every row
+-- this owner still holds. Touches only lease_expires, which no index covers: a HOT update
+-- when the page has room (fillfactor). SKIP LOCKED: a heartbeat never waits, so it cannot
+-- deadlock with this owner's own commit (which is about to release the row anyway), an arm()
+-- moving the row, or the sweeper taking an already lapsed one.
+WITH mine AS (
+    SELECT id
+      FROM {schema}.schedule
+     WHERE id = ANY(%(ids)s::text[])
+       AND state = 'running'
+       AND owner_id = %(owner)s
+     ORDER BY id
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.schedule s
+   SET lease_expires = now() + make_interval(secs => %(lease_s)s)
+  FROM mine
+ WHERE s.id = mine.id;
+
+-- name: sweep_expired_leases
+-- seeds/001 sweeper: rows whose owner went silent go back to scheduled, keeping their fire
+-- time (so they are due at once) and attempt count (the next delivery is attempt + 1). Safe on
+-- every node at once: SKIP LOCKED, and the lease is re-checked on the row being updated.
+WITH expired AS (
+    SELECT s.id
+      FROM {schema}.schedule s
+     WHERE s.state = 'running'
+       AND s.lease_expires < now()
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.schedule s
+   SET state = 'scheduled',
+       owner_id = NULL,
+       lease_expires = NULL
+  FROM expired
+ WHERE s.id = expired.id
+   AND s.state = 'running'
+   AND s.lease_expires < now()
+RETURNING s.id;
+
+-- name: commit_batch
+-- One statement, so one transaction: re-arm, poll state and effects of a whole batch.
+--   rearmed: only rows this claim still holds (owner, version and attempt unchanged). A row that
+--     was moved by arm() while in flight has a newer version: the move wins over this re-arm.
+--     A row swept away from a dead-looking owner has another owner or attempt: ignored.
+--   states (split_state on): the new poll state of the re-armed rows, by primary key. A NULL
+--     entry means unchanged: no write at all (skip_unchanged_state).
+--   effects: seeds/001 checkpoint; RETURNING tells which were newly recorded (delivered).
+WITH batch AS (
+    SELECT *
+      FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
+                  %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
+                  %(poll_states)s::bytea[], %(effect_dues)s::timestamptz[])
+           AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
+), locked AS (
+    -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue
+    -- instead of deadlocking.
+    SELECT s.id
+      FROM {schema}.schedule s
+     WHERE s.id = ANY(%(ids)s::text[])
+     ORDER BY s.id
+       FOR UPDATE
+), rearmed AS (
+    UPDATE {schema}.schedule s
+       SET state = CASE WHEN b.finished THEN 'done' ELSE 'scheduled' END,
+           next_fire_at = b.next_fire_at,
+           armed_at = now(),
+           version = s.version + 1,
+           attempt = 0,
+           owner_id = NULL,
+           lease_expires = NULL
+      FROM batch b
+      JOIN locked l ON l.id = b.id
+     WHERE s.id = b.id
+       AND s.owner_id = %(owner)s
+       AND s.version = b.version
+       AND s.attempt = b.attempt
+    RETURNING s.id
+), states AS (
+    UPDATE {schema}.state t
+       SET poll_state = b.poll_state
+      FROM batch b
+      JOIN rearmed r ON r.id = b.id
+     WHERE t.id = b.id
+       AND b.poll_state IS NOT NULL
+    RETURNING t.id
+), effects AS (
+    INSERT INTO {schema}.effects (trigger_id, due_at, worker)
+    SELECT b.id, b.effect_due, %(owner)s
+      FROM batch b
+     WHERE b.effect_due IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING trigger_id
+)
+SELECT (SELECT coalesce(array_agg(trigger_id), '{{}}') FROM effects) AS delivered,
+       (SELECT count(*) FROM rearmed) AS rearmed,
+       (SELECT count(*) FROM states) AS states_written;
+
+-- name: commit_batch_inline
+-- commit_batch with the poll state in the schedule row (split_state off): the state rides on
+-- the re-arm update. coalesce keeps the old value (same TOAST pointer: no TOAST rewrite).
+WITH batch AS (
+    SELECT *
+      FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
+                  %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
+                  %(poll_states)s::bytea[], %(effect_dues)s::timestamptz[])
+           AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
+), locked AS (
+    -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue
+    -- instead of deadlocking.
+    SELECT s.id
+      FROM {schema}.schedule s
+     WHERE s.id = ANY(%(ids)s::text[])
+     ORDER BY s.id
+       FOR UPDATE
+), rearmed AS (
+    UPDATE {schema}.schedule s
+       SET state = CASE WHEN b.finished THEN 'done' ELSE 'scheduled' END,
+           next_fire_at = b.next_fire_at,
+           armed_at = now(),
+           version = s.version + 1,
+           attempt = 0,
+           owner_id = NULL,
+           lease_expires = NULL,
+           poll_state = coalesce(b.poll_state, s.poll_state)
+      FROM batch b
+      JOIN locked l ON l.id = b.id
+     WHERE s.id = b.id
+       AND s.owner_id = %(owner)s
+       AND s.version = b.version
+       AND s.attempt = b.attempt
+    RETURNING s.id, b.poll_state IS NOT NULL AS state_written
+), effects AS (
+    INSERT INTO {schema}.effects (trigger_id, due_at, worker)
+    SELECT b.id, b.effect_due, %(owner)s
+      FROM batch b
+     WHERE b.effect_due IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING trigger_id
+)
+SELECT (SELECT coalesce(array_agg(trigger_id), '{{}}') FROM effects) AS delivered,
+       (SELECT count(*) FROM rearmed) AS rearmed,
+       (SELECT count(*) FROM rearmed WHERE state_written) AS states_written;
+
+-- name: stats
+SELECT count(*) FILTER (WHERE state <> 'done') AS armed,
+       count(*) FILTER (WHERE state = 'scheduled' AND due_key <= now()) AS due,
+       count(*) FILTER (WHERE state = 'running') AS in_flight,
+       count(*) FILTER (WHERE state = 'running' AND lease_expires < now()) AS expired_leases,
+       coalesce(extract(epoch FROM now() - min(due_key) FILTER (
+           WHERE state = 'scheduled' AND due_key <= now() AND due_key > '-infinity')), 0)
+           AS oldest_due_s
+  FROM {schema}.schedule;
+
+-- name: export_armed
+SELECT id, next_fire_at, type, tenant_id, priority
+  FROM {schema}.schedule
+ WHERE state <> 'done'
+ ORDER BY id;

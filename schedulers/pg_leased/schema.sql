@@ -1,0 +1,96 @@
+-- pg_leased schema. Every block runs on setup (idempotent), in file order, except the two
+-- autovacuum blocks at the end: setup runs exactly one of them (option autovacuum_tuned).
+-- {placeholders} other than {schema} are scheduler options, rendered as SQL literals.
+
+-- name: schedule_table
+-- One narrow row per trigger, updated in place on every fire, never deleted and reinserted
+-- (the seeds/003 "before" design deletes and reinserts per fire; that is what we avoid).
+CREATE TABLE IF NOT EXISTS {schema}.schedule (
+    id            text PRIMARY KEY,
+    tenant_id     text NOT NULL,
+    type          text NOT NULL,
+    priority      integer NOT NULL DEFAULT 0,           -- higher first (seeds/000 claim order)
+    state         text NOT NULL DEFAULT 'scheduled'
+                  CHECK (state IN ('scheduled', 'running', 'done')),
+    next_fire_at  timestamptz,                          -- NULL: due now (seeds/000)
+    -- seeds/000 claims `next_fire_at IS NULL OR next_fire_at <= now`. An OR cannot bound an
+    -- index range scan, so NULL is folded to -infinity here: "due" becomes one range,
+    -- `due_key <= now()`, and NULL rows sort first as the seed orders them (NULLS FIRST).
+    due_key       timestamptz NOT NULL
+                  GENERATED ALWAYS AS (coalesce(next_fire_at, '-infinity'::timestamptz)) STORED,
+    armed_at      timestamptz NOT NULL DEFAULT now(),   -- when this fire time was armed
+    version       bigint NOT NULL DEFAULT 0,            -- +1 per arm / re-arm: a move wins
+    attempt       integer NOT NULL DEFAULT 0,           -- deliveries of this version; claim token
+    owner_id      text,                                 -- lease holder (seeds/001)
+    lease_expires timestamptz,                          -- renewed by heartbeat (seeds/000, 001)
+    poll_state    bytea                                 -- only when split_state is off
+) WITH (fillfactor = {fillfactor_pct});
+
+-- name: schedule_params
+-- Re-applied on every setup so a changed option takes effect on an existing table.
+ALTER TABLE {schema}.schedule SET (fillfactor = {fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
+
+-- name: schedule_state_storage
+-- The poll state is encrypted, so incompressible: never try to compress it (EXTERNAL).
+ALTER TABLE {schema}.schedule ALTER COLUMN poll_state SET STORAGE EXTERNAL;
+
+-- name: schedule_due_idx
+-- seeds/000: the partial index on scheduled rows. Running and done rows never enter it, so it
+-- stays as small as the set of armed timers.
+CREATE INDEX IF NOT EXISTS schedule_due_idx ON {schema}.schedule (due_key)
+    WHERE state = 'scheduled';
+
+-- name: schedule_tenant_due_idx
+-- The fairness branch of claim_due: per tenant, its earliest due rows, as one bounded range.
+CREATE INDEX IF NOT EXISTS schedule_tenant_due_idx ON {schema}.schedule (tenant_id, due_key)
+    WHERE state = 'scheduled';
+
+-- name: schedule_running_idx
+-- The sweeper's way to the (few) in-flight rows. Deliberately not on lease_expires: a
+-- heartbeat changes only lease_expires, and an unindexed column keeps that update HOT.
+CREATE INDEX IF NOT EXISTS schedule_running_idx ON {schema}.schedule (owner_id)
+    WHERE state = 'running';
+
+-- name: state_table
+-- split_state: the wide poll state in its own key-value table, updated only by primary key and
+-- only in its one non-key column, so every update can be HOT (seeds/003: the replacement's
+-- state table ran 100% HOT). Created even when split_state is off (then it stays empty).
+CREATE TABLE IF NOT EXISTS {schema}.state (
+    id         text PRIMARY KEY,
+    poll_state bytea NOT NULL
+) WITH (fillfactor = {state_fillfactor_pct});
+
+-- name: state_params
+ALTER TABLE {schema}.state SET (fillfactor = {state_fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
+
+-- name: state_storage
+ALTER TABLE {schema}.state ALTER COLUMN poll_state SET STORAGE EXTERNAL;
+
+-- name: effects_table
+-- seeds/001 idempotent checkpoint: an effect is recorded once per (trigger, fire time); a
+-- duplicate fire's insert conflicts and is reported as not delivered.
+CREATE TABLE IF NOT EXISTS {schema}.effects (
+    trigger_id  text NOT NULL,
+    due_at      timestamptz NOT NULL,
+    worker      text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (trigger_id, due_at)
+);
+
+-- name: autovacuum_tuned
+-- seeds/000: "Autovacuum needs per-table tuning or the index bloats". Vacuum the two churning
+-- tables after a small fraction of dead rows and without cost-based sleeping.
+ALTER TABLE {schema}.schedule SET (
+    autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
+    autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
+    autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
+ALTER TABLE {schema}.state SET (
+    autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
+    autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
+    autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
+
+-- name: autovacuum_server_defaults
+ALTER TABLE {schema}.schedule RESET (
+    autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);
+ALTER TABLE {schema}.state RESET (
+    autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);

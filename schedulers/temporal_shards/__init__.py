@@ -1,0 +1,441 @@
+"""temporal_shards: the "after" design of seeds/003 -- time lives in Temporal timer shards.
+
+Data flow:
+
+* ``arm()`` upserts the trigger rows by key (new fire time, version + 1), then hashes each id
+  onto a consistent-hash ring with bounded loads (``ring.py``) and sends **one signal per shard
+  per call** with signal-with-start, so a shard that does not exist yet is created.
+* Each shard (``workflows.ShardWorkflow``) holds a min-heap per timer type; due timers move to a
+  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: about
+  250) or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps
+  until the earliest fire time plus MaxLag. It continues as new, carrying the heap, when Temporal
+  suggests it or its history passes ``history_bound``.
+* The batch poller's activity (``activities.py``) claims the rows **by primary key** with a lease
+  (only rows still at the version the shard fired: a moved timer's stale copy claims nothing),
+  calls the processor, commits effects + changed state + the next fire time in one transaction,
+  then re-arms through the ring. Postgres is never scanned by due time.
+* Shards write their timer counts to a utilisation table; a controller workflow grows the shard
+  count above 80 % average utilisation, targeting 60 %. Rebalancing is lazy: a timer moves when it
+  re-arms, and an overloaded shard forwards its long-horizon timers.
+
+Crash semantics: cancelling ``run()`` shuts its worker down without releasing claims; Temporal
+retries the interrupted batch activity (on failure, or after the heartbeat timeout ``lease_s``
+when a process dies), and the retry, owning the same batch, takes the rows over. Shard state is
+Temporal's: another worker replays it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.sqlfile import Queries
+from schedulers.temporal_shards.ring import Ring
+from schedulers.temporal_shards.workflows import (
+    ARM_SIGNAL,
+    CONTROLLER_WORKFLOW,
+    E_ID,
+    SHARD_WORKFLOW,
+    ArmSignal,
+    BatchPollerWorkflow,
+    ControllerInput,
+    ControllerWorkflow,
+    ShardConfig,
+    ShardInput,
+    ShardWorkflow,
+)
+
+HERE = Path(__file__).parent
+
+
+def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
+    """Per-type overrides: ``"callback=50/60,poll=250/10"`` (type=batch/max_lag_s) or a dict."""
+    if isinstance(spec, Mapping):
+        return {k: [float(v[0]), float(v[1])] for k, v in spec.items()}
+    out: dict[str, list[float]] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            type_, _, rest = part.partition("=")
+            batch, _, lag = rest.partition("/")
+            out[type_.strip()] = [float(int(batch)), float(lag)]
+        except ValueError:
+            raise ValueError(
+                f"bad timer type option {part!r}; use type=batch/max_lag_s, e.g. callback=50/60"
+            ) from None
+    return out
+
+
+class TemporalShardsScheduler:
+    name = "temporal_shards"
+    description = "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
+    default_options: dict[str, Any] = {
+        "shards": 4,  # initial shard count; the controller grows it
+        "eps": 0.25,  # bounded-load slack: a shard holds at most ceil((1 + eps) * m / n) timers
+        "batch": 250,  # timers per batch poller, default for every type (seeds/003: 200-250)
+        "max_lag_s": 10.0,  # seconds a due timer may wait for its batch (seeds/003: polling MaxLag)
+        "types": "",  # per-type overrides "type=batch/max_lag_s,..." (seeds/003: callbacks differ)
+        "timer_cap": 5000,  # timers per shard = 100 % utilisation (seeds/003: 5,000 for headroom)
+        "history_bound": 10_000,  # events; a shard continues as new past this or when suggested
+        "controller_period_s": 30.0,  # seconds between controller reads (seeds/003: 30 s)
+        "grow_above": 0.8,  # average utilisation that grows the ring (seeds/003: 80 %)
+        "grow_target": 0.6,  # utilisation the grown ring aims at (seeds/003: 60 %)
+        "util_report_s": 10.0,  # seconds between a shard's utilisation reports
+        "forward_horizon_s": 86_400.0,  # an overloaded shard forwards timers due later than this
+        "lease_s": 30.0,  # batch activity heartbeat timeout and Postgres lease, seconds
+        "retry_initial_s": 0.5,  # first retry of an interrupted batch, seconds
+        "poll_overhead_s": 2.0,  # poller start + claim + commit, added to MaxLag in the lag bound
+        "ring_refresh_s": 1.0,  # callers re-read shard count and loads this often, seconds
+        "sticky_timeout_s": 5.0,  # a dead worker's cached shards move after this, seconds
+        "max_concurrent_activities": 32,  # batch activities per worker
+        "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
+        "controller": True,  # run the controller workflow
+    }
+    conformance_options: dict[str, Any] = {
+        "shards": 2,
+        "batch": 50,
+        "max_lag_s": 0.3,
+        "lease_s": 2.0,
+        "retry_initial_s": 0.2,
+        "util_report_s": 1.0,
+        "controller_period_s": 5.0,
+        "poll_overhead_s": 1.0,
+        "sticky_timeout_s": 1.0,
+        "drain_s": 5.0,
+    }
+    needs_postgres = True
+    needs_temporal = True
+
+    def __init__(self, ctx: StoreContext, **options: Any) -> None:
+        unknown = set(options) - set(self.default_options)
+        if unknown:
+            raise ValueError(
+                f"unknown temporal_shards option(s) {sorted(unknown)}; accepted: {', '.join(sorted(self.default_options))}"
+            )
+        self.ctx = ctx
+        self.options = {**self.default_options, **options}
+        o = self.options
+        self.per_type = parse_types(o["types"])
+        self.lease_s = float(o["lease_s"])
+        self.eps = float(o["eps"])
+        self.ring_refresh_s = float(o["ring_refresh_s"])
+        # Workflow ids and the task queue carry the schema, so concurrent runs never meet.
+        self.prefix = "tb-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.schema)
+        self.task_queue = self.prefix
+        self.shard_config = ShardConfig(
+            prefix=self.prefix,
+            task_queue=self.task_queue,
+            batch=int(o["batch"]),
+            max_lag_s=float(o["max_lag_s"]),
+            per_type=self.per_type,
+            timer_cap=int(o["timer_cap"]),
+            history_bound=int(o["history_bound"]),
+            util_report_s=float(o["util_report_s"]),
+            forward_horizon_s=float(o["forward_horizon_s"]),
+            lease_s=self.lease_s,
+            retry_initial_s=float(o["retry_initial_s"]),
+        )
+        max_lag = max([float(o["max_lag_s"])] + [v[1] for v in self.per_type.values()])
+        self.capabilities = Capabilities(
+            max_lag_s=max_lag + float(o["poll_overhead_s"]),
+            per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
+            heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
+            redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            cancel=False,  # seeds/003: "There is no cancel operation"
+            multi_runner=True,
+            at_least_once=True,
+        )
+        self.q = Queries(HERE / "queries.sql", ctx.schema)
+        self.pool = None
+        self.client: Client | None = None
+        self._rings: dict[int, Ring] = {}
+        self._view: tuple[Ring, list[int], float] | None = None
+        self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
+        self._placed: dict[int, int] = {}  # shard -> timers this process placed since that report
+        self._view_lock = asyncio.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        if not self.ctx.dsn or not self.ctx.temporal_address:
+            raise ValueError("temporal_shards needs both a Postgres DSN and a Temporal address")
+        if self.pool is None:
+            self.pool = await open_pool(self.ctx.dsn, min_size=1, max_size=12, name="timerbench-temporal-shards")
+            async with self.pool.connection() as conn:
+                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
+        if self.client is None:
+            self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+
+    async def teardown(self, drop: bool = True) -> None:
+        if drop and self.client is not None:
+            await self._terminate_workflows()
+        if self.pool is not None:
+            if drop:
+                async with self.pool.connection() as conn:
+                    await drop_schema(conn, self.ctx.schema)
+            await self.pool.close()
+            self.pool = None
+        elif drop and self.ctx.dsn:
+            pool = await open_pool(self.ctx.dsn, max_size=1)
+            async with pool.connection() as conn:
+                await drop_schema(conn, self.ctx.schema)
+            await pool.close()
+        self.client = None
+
+    async def _terminate_workflows(self) -> None:
+        """Shards and controller first (they start pollers), then whatever still runs on this
+        scheduler's task queue (batch pollers), twice to catch a poller started meanwhile."""
+        assert self.client is not None
+        ids: set[str] = {f"{self.prefix}-controller"}
+        with contextlib.suppress(Exception):
+            n = (await self.ring_view(fresh=True))[0].n_shards
+            ids |= {self.shard_id(s) for s in range(n)}
+        await self._terminate(ids)
+        for _ in range(2):
+            found: set[str] = set()
+            with contextlib.suppress(Exception):
+                query = f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running'"
+                async for wf in self.client.list_workflows(query):
+                    found.add(wf.id)
+            await self._terminate(found)
+            await asyncio.sleep(0.2)
+
+    async def _terminate(self, ids: set[str]) -> None:
+        async def one(wid: str) -> None:
+            with contextlib.suppress(Exception):
+                await self.client.get_workflow_handle(wid).terminate("timerbench teardown")
+
+        await asyncio.gather(*(one(w) for w in ids))
+
+    def relations(self) -> list[str]:
+        s = self.ctx.schema
+        return [qualified(s, t) for t in ("trigger", "trigger_state", "effects", "shard_util")]
+
+    def shard_id(self, shard: int) -> str:
+        return f"{self.prefix}-shard-{shard}"
+
+    # -- the ring ----------------------------------------------------------------------------
+
+    async def ring_view(self, fresh: bool = False) -> tuple[Ring, list[int], float]:
+        """(ring over the current shard count, timers per shard, read time).
+
+        A shard's load is its last reported count plus what this process placed on it since
+        that report, so a burst of arms between reports still respects the bound.
+        """
+        view = self._view
+        if view is not None and not fresh and time.time() - view[2] < self.ring_refresh_s:
+            return view
+        async with self._view_lock:
+            view = self._view
+            if view is not None and not fresh and time.time() - view[2] < self.ring_refresh_s:
+                return view
+            async with self.pool.connection() as conn:
+                n = (await (await conn.execute(self.q["ring_read"])).fetchone())[0]
+                rows = await (await conn.execute(self.q["loads_read"])).fetchall()
+            loads = [0] * n
+            for shard, timers, reported_at in rows:
+                if shard >= n:
+                    continue
+                seen = self._reported.get(shard)
+                if seen is None or seen[0] != reported_at:
+                    self._reported[shard] = (reported_at, timers)
+                    self._placed[shard] = 0
+                loads[shard] = timers
+            for shard, extra in self._placed.items():
+                if shard < n:
+                    loads[shard] += extra
+            ring = self._rings.get(n)
+            if ring is None:
+                ring = self._rings[n] = Ring(n, self.eps)
+            self._view = (ring, loads, time.time())
+            return self._view
+
+    async def send(self, timers: list[list], key: str) -> None:
+        """Place timers on the ring (bounded loads over the known counts) and signal shards."""
+        ring, loads, _ = await self.ring_view()
+        cap = ring.capacity(sum(loads) + len(timers))
+        placed = []
+        for t in timers:
+            s = ring.place(t[E_ID], loads, cap)
+            loads[s] += 1  # the cached view sees it too, until the shard's next report
+            self._placed[s] = self._placed.get(s, 0) + 1
+            placed.append((s, t))
+        await self.send_to(placed, key)
+
+    async def send_to(self, placed: Sequence[tuple[int, list]], key: str) -> None:
+        """One signal-with-start per shard, each with its own idempotency key."""
+        by_shard: dict[int, list[list]] = {}
+        for s, t in placed:
+            by_shard.setdefault(s, []).append(t)
+        await asyncio.gather(*(self._signal(s, ts, f"{key}/{s}") for s, ts in by_shard.items()))
+
+    async def _signal(self, shard: int, timers: list[list], key: str) -> None:
+        assert self.client is not None, "call setup() first"
+        for attempt in range(5):
+            try:
+                await self.client.start_workflow(
+                    SHARD_WORKFLOW,
+                    ShardInput(shard, self.shard_config),
+                    id=self.shard_id(shard),
+                    task_queue=self.task_queue,
+                    start_signal=ARM_SIGNAL,
+                    start_signal_args=[ArmSignal(key, timers)],
+                )
+                return
+            except RPCError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)  # same key: the shard drops a duplicate
+
+    # -- arming --------------------------------------------------------------------------------
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        if not timers:
+            return
+        now = us(time.time())
+        latest: dict[str, Timer] = {}
+        for t in timers:  # one row can take one new fire time per statement: the last wins
+            latest[t.id] = t
+        ts = list(latest.values())
+        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    self.q["arm_upsert"],
+                    {
+                        "ids": [t.id for t in ts],
+                        "types": [t.type for t in ts],
+                        "tenants": [t.tenant_id for t in ts],
+                        "priorities": [t.priority for t in ts],
+                        "fire_ats": fire_ats,
+                        "armed_at": now,
+                    },
+                )
+                rows = await cur.fetchall()
+                new = [tid for tid, _, inserted in rows if inserted]
+                if new:
+                    size = self.ctx.state_bytes
+                    await conn.execute(
+                        self.q["state_insert"],
+                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
+                    )
+        version = {tid: v for tid, v, _ in rows}
+        entries = [
+            [t.id, f, version[t.id], now, t.type, t.tenant_id, t.priority] for t, f in zip(ts, fire_ats)
+        ]
+        await self.send(entries, key=uuid.uuid4().hex)
+
+    # -- the worker ----------------------------------------------------------------------------
+
+    async def run(
+        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
+    ) -> None:
+        from schedulers.temporal_shards.activities import ShardActivities
+
+        assert self.client is not None, "call setup() first"
+        worker_id = worker_id or f"ts-{os.getpid()}-{id(stop):x}"
+        stopping = asyncio.Event()
+        acts = ShardActivities(self, processors, worker_id, stopping)
+        # One connection per worker: the SDK refuses two workers for one task queue on one
+        # client, and several run() loops (workers) may share this scheduler in one process.
+        client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+        worker = Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[ShardWorkflow, BatchPollerWorkflow, ControllerWorkflow],
+            activities=acts.all(),
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
+            ),
+            identity=worker_id,
+            max_concurrent_activities=int(self.options["max_concurrent_activities"]),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
+            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
+        )
+        worker_task = asyncio.create_task(worker.run())
+        try:
+            if self.options["controller"]:
+                await self._ensure_controller()
+            stop_task = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_task.cancel()
+            if worker_task.done():
+                worker_task.result()  # the worker died: say why
+                return
+            # Graceful stop: take no new batch, let in-flight ones commit, then shut down.
+            stopping.set()
+            deadline = time.time() + float(self.options["drain_s"])
+            while acts.in_flight and time.time() < deadline:
+                await asyncio.sleep(0.05)
+            await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker_task
+        except asyncio.CancelledError:
+            # A crash: the worker goes away mid-batch; claims are not released.
+            worker_task.cancel()
+            with contextlib.suppress(BaseException):
+                await worker_task
+            raise
+
+    async def _ensure_controller(self) -> None:
+        o = self.options
+        await self.client.start_workflow(
+            CONTROLLER_WORKFLOW,
+            ControllerInput(
+                period_s=float(o["controller_period_s"]),
+                timer_cap=int(o["timer_cap"]),
+                grow_above=float(o["grow_above"]),
+                grow_target=float(o["grow_target"]),
+            ),
+            id=f"{self.prefix}-controller",
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+    # -- gauges and export -----------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, float]:
+        async with self.pool.connection() as conn:
+            n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
+            rows = await (await conn.execute(self.q["util_read"])).fetchall()
+        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows)}
+        timers = [0] * n
+        cans = 0
+        max_can = 0
+        for shard, count, util, hist, can, last_can, max_can_h in rows:
+            if shard < n:
+                timers[shard] = count
+            out[f"shard_{shard}_timers"] = float(count)
+            out[f"shard_{shard}_history"] = float(hist)
+            cans += can
+            max_can = max(max_can, max_can_h)
+        total = sum(timers)
+        cap = int(self.options["timer_cap"])
+        out["timers"] = float(total)
+        out["utilisation"] = total / (n * cap)
+        out["max_shard_utilisation"] = max(timers) / cap if timers else 0.0
+        out["continue_as_new"] = float(cans)
+        out["max_history_at_continue"] = float(max_can)
+        return out
+
+    async def export_armed(self) -> list[Timer]:
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(self.q["export_armed"])).fetchall()
+        return [Timer(tid, us(fire_at), type_, tenant, prio) for tid, fire_at, type_, tenant, prio in rows]

@@ -1,0 +1,135 @@
+-- temporal_shards: every statement the design runs. All trigger access is by primary key.
+
+-- name: ring_init
+-- The initial shard count, unless a controller already grew it.
+INSERT INTO {schema}.ring (shard_count) VALUES (%(shards)s) ON CONFLICT (singleton) DO NOTHING;
+
+-- name: ring_read
+SELECT shard_count, grows FROM {schema}.ring;
+
+-- name: ring_grow
+-- Grow only (never shrink): timers may already live on the higher shards.
+UPDATE {schema}.ring SET shard_count = %(shards)s, grows = grows + 1, grown_at = now()
+WHERE shard_count < %(shards)s
+RETURNING shard_count;
+
+-- name: arm_upsert
+-- Arm or move: a new fire time bumps the version (older copies on any shard go stale) and
+-- drops any lease, since the newer arm wins over an in-flight fire.
+INSERT INTO {schema}.trigger AS t (id, type, tenant_id, priority, fire_at, armed_at, version, attempt)
+SELECT a.id, a.type, a.tenant_id, a.priority, to_timestamp(a.fire_at), to_timestamp(%(armed_at)s), 1, 0
+FROM unnest(%(ids)s::text[], %(types)s::text[], %(tenants)s::text[], %(priorities)s::int[], %(fire_ats)s::float8[])
+     AS a(id, type, tenant_id, priority, fire_at)
+ON CONFLICT (id) DO UPDATE
+SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.version + 1, attempt = 0,
+    owner = NULL, lease_expires = NULL, type = EXCLUDED.type, tenant_id = EXCLUDED.tenant_id,
+    priority = EXCLUDED.priority
+RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
+
+-- name: state_insert
+-- Initial poll state for triggers the arm just created.
+INSERT INTO {schema}.trigger_state (id, state)
+SELECT * FROM unnest(%(ids)s::text[], %(states)s::bytea[])
+ON CONFLICT (id) DO NOTHING;
+
+-- name: claim
+-- Claim a batch by key: only rows still at the version the shard fired (a moved timer's old
+-- copy claims nothing) and not leased by a live owner. Returns the poll state with each row.
+WITH b AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(versions)s::bigint[]) AS b(id, version)
+), claimed AS (
+    UPDATE {schema}.trigger t
+    SET owner = %(owner)s,
+        lease_expires = now() + make_interval(secs => %(lease_s)s),
+        attempt = t.attempt + 1
+    FROM b
+    WHERE t.id = b.id AND t.version = b.version AND t.fire_at IS NOT NULL
+      AND (t.owner IS NULL OR t.lease_expires < now() OR t.owner = %(owner)s)
+    RETURNING t.id, t.tenant_id, t.type, t.priority, t.attempt,
+              extract(epoch FROM t.fire_at)::float8 AS due_at,
+              extract(epoch FROM t.armed_at)::float8 AS armed_at
+)
+SELECT c.id, c.tenant_id, c.type, c.priority, c.attempt, c.due_at, c.armed_at, s.state
+FROM claimed c LEFT JOIN {schema}.trigger_state s ON s.id = c.id;
+
+-- name: unclaimed_status
+-- Why the rows of a batch were not claimed: held by a live lease (wait for it to lapse), or
+-- already committed and re-armed by an earlier attempt of this same batch (re-send the re-arm).
+-- Anything else is stale (moved or finished) and is dropped.
+WITH b AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(versions)s::bigint[]) AS b(id, version)
+)
+SELECT t.id,
+       CASE WHEN t.version = b.version THEN 'leased' ELSE 'committed' END AS status,
+       extract(epoch FROM (t.lease_expires - now()))::float8 AS lease_left_s,
+       t.version, t.type, t.tenant_id, t.priority,
+       extract(epoch FROM t.fire_at)::float8 AS fire_at,
+       extract(epoch FROM t.armed_at)::float8 AS armed_at
+FROM {schema}.trigger t JOIN b ON t.id = b.id
+WHERE t.fire_at IS NOT NULL
+  AND ((t.version = b.version AND t.owner IS NOT NULL AND t.owner <> %(owner)s AND t.lease_expires >= now())
+       OR (t.version = b.version + 1 AND t.owner IS NULL AND t.committed_batch = %(batch)s));
+
+-- name: extend_leases
+-- Heartbeat: a slow owner that is alive keeps its rows.
+UPDATE {schema}.trigger SET lease_expires = now() + make_interval(secs => %(lease_s)s)
+WHERE id = ANY(%(ids)s::text[]) AND owner = %(owner)s;
+
+-- name: release
+-- Graceful stop only (never on a crash): hand the rows back at once.
+UPDATE {schema}.trigger SET owner = NULL, lease_expires = NULL
+WHERE id = ANY(%(ids)s::text[]) AND owner = %(owner)s;
+
+-- name: record_effects
+-- Effects under (trigger_id, due_at): a duplicate fire returns nothing here (not delivered).
+INSERT INTO {schema}.effects (trigger_id, due_at)
+SELECT id, to_timestamp(due_at) FROM unnest(%(ids)s::text[], %(dues)s::float8[]) AS e(id, due_at)
+ON CONFLICT (trigger_id, due_at) DO NOTHING
+RETURNING trigger_id;
+
+-- name: write_state
+-- Only for fires whose poll state changed.
+UPDATE {schema}.trigger_state s SET state = u.state
+FROM unnest(%(ids)s::text[], %(states)s::bytea[]) AS u(id, state)
+WHERE s.id = u.id;
+
+-- name: commit_rows
+-- Commit and re-arm in the row: next fire time (NULL: finished), new version, lease dropped.
+-- Only rows this owner still holds: a timer moved while in flight keeps its newer arm.
+UPDATE {schema}.trigger t
+SET fire_at = to_timestamp(u.next_fire_at), armed_at = to_timestamp(%(now)s), version = t.version + 1,
+    attempt = 0, owner = NULL, lease_expires = NULL, committed_batch = %(batch)s
+FROM unnest(%(ids)s::text[], %(next_fire_ats)s::float8[]) AS u(id, next_fire_at)
+WHERE t.id = u.id AND t.owner = %(owner)s
+RETURNING t.id, t.version, t.type, t.tenant_id, t.priority,
+          extract(epoch FROM t.fire_at)::float8 AS fire_at,
+          extract(epoch FROM t.armed_at)::float8 AS armed_at;
+
+-- name: util_report
+INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, reported_at)
+VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, now())
+ON CONFLICT (shard) DO UPDATE
+SET timers = EXCLUDED.timers, utilisation = EXCLUDED.utilisation,
+    history_length = EXCLUDED.history_length, reported_at = now();
+
+-- name: util_continued
+-- A shard continued as new at this history length.
+INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, can_count, last_can_history, max_can_history)
+VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, 1, %(history_length)s, %(history_length)s)
+ON CONFLICT (shard) DO UPDATE
+SET timers = EXCLUDED.timers, utilisation = EXCLUDED.utilisation, history_length = 0,
+    can_count = u.can_count + 1, last_can_history = EXCLUDED.last_can_history,
+    max_can_history = greatest(u.max_can_history, EXCLUDED.max_can_history), reported_at = now();
+
+-- name: loads_read
+-- What callers place by: each shard's last reported count and when it reported.
+SELECT shard, timers, extract(epoch FROM reported_at)::float8 AS reported_at FROM {schema}.shard_util;
+
+-- name: util_read
+SELECT shard, timers, utilisation, history_length, can_count, last_can_history, max_can_history
+FROM {schema}.shard_util ORDER BY shard;
+
+-- name: export_armed
+-- Migration backfill only; never on the dispatch path.
+SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority
+FROM {schema}.trigger WHERE fire_at IS NOT NULL;

@@ -1,0 +1,348 @@
+"""The workflows of temporal_shards (seeds/003, "after"): timer shard, batch poller, controller.
+
+They run in the Temporal workflow sandbox: deterministic, no I/O, time from ``workflow.now()``.
+Everything that touches Postgres or other shards is an activity (``activities.py``), referred to
+here by name so this module never imports psycopg.
+
+A timer travels as a compact list (payloads stay small: seeds/003 caps a shard at 5,000 timers
+to keep the Continue-As-New payload well under Temporal's 2 MB):
+``[id, fire_at, version, armed_at, type, tenant_id, priority]`` (times in epoch seconds). The
+``version`` is the trigger row's; a higher version of an id replaces a lower one (re-arm moves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ParentClosePolicy
+
+# Field positions of a timer list.
+E_ID, E_FIRE, E_VER, E_ARMED, E_TYPE, E_TENANT, E_PRIO = range(7)
+
+SHARD_WORKFLOW = "TimerShard"
+POLLER_WORKFLOW = "BatchPoller"
+CONTROLLER_WORKFLOW = "ShardController"
+ARM_SIGNAL = "arm"
+KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
+
+
+@dataclass
+class ShardConfig:
+    """Everything a shard needs, carried in its input so it survives Continue-As-New."""
+
+    prefix: str  # workflow-id prefix of this scheduler instance
+    task_queue: str
+    batch: int  # default batch size per timer type (seeds/003: batches of about 200-250)
+    max_lag_s: float  # default MaxLag per timer type (seeds/003: 10 s for polling)
+    per_type: dict[str, list[float]] = field(default_factory=dict)  # type -> [batch, max_lag_s]
+    timer_cap: int = 5000  # seeds/003: 5,000 timers per shard for payload headroom
+    history_bound: int = 10_000  # continue as new past this many events (or when suggested)
+    util_report_s: float = 10.0  # how often the shard writes its timer count
+    forward_horizon_s: float = 86_400.0  # an overloaded shard forwards timers due later than this
+    lease_s: float = 30.0  # batch activity heartbeat timeout, and the Postgres lease
+    retry_initial_s: float = 0.2  # first retry of a failed batch activity
+
+    def type_batch(self, type_: str) -> int:
+        got = self.per_type.get(type_)
+        return int(got[0]) if got else self.batch
+
+    def type_max_lag(self, type_: str) -> float:
+        got = self.per_type.get(type_)
+        return float(got[1]) if got else self.max_lag_s
+
+
+@dataclass
+class ShardInput:
+    shard: int
+    config: ShardConfig
+    timers: list[list] = field(default_factory=list)  # the heap (and pending) carried forward
+    keys: list[str] = field(default_factory=list)  # recent idempotency keys
+    continued: int = 0  # how many times this shard continued as new
+
+
+@dataclass
+class ArmSignal:
+    key: str  # idempotency key: server-side signal de-dup does not cross Continue-As-New
+    timers: list[list]
+
+
+@dataclass
+class BatchInput:
+    shard: int
+    type: str
+    timers: list[list]
+    lease_s: float
+    retry_initial_s: float
+
+
+@dataclass
+class UtilInput:
+    shard: int
+    timers: int
+    utilisation: float
+    history_length: int
+    continued: bool = False
+
+
+@dataclass
+class ForwardInput:
+    shard: int
+    timers: list[list]  # long-horizon candidates, farthest first
+
+
+@dataclass
+class ControllerInput:
+    period_s: float  # seeds/003: every 30 s
+    timer_cap: int
+    grow_above: float  # seeds/003: 80 % average utilisation
+    grow_target: float  # seeds/003: target 60 %
+    ticks: int = 0
+
+
+@workflow.defn(name=SHARD_WORKFLOW)
+class ShardWorkflow:
+    """A min-heap of timers per type; due timers go to a pending batch per type that flushes as
+    one batch-poller workflow when full or when its oldest has waited MaxLag."""
+
+    @workflow.init
+    def __init__(self, inp: ShardInput) -> None:
+        self.cfg = inp.config
+        self.shard = inp.shard
+        self.entries: dict[str, list] = {}  # id -> latest timer (in a heap or pending)
+        self.heaps: dict[str, list[tuple[float, int, str]]] = {}  # type -> (fire_at, version, id)
+        self.pending: dict[str, dict[str, list]] = {}  # type -> id -> timer, in due order
+        self.keys: list[str] = list(inp.keys)
+        self.keyset: set[str] = set(self.keys)
+        self.continued = inp.continued
+        self.dirty = False
+        self.flushes = 0
+        for t in inp.timers:
+            self._put(t)
+
+    # -- signals --------------------------------------------------------------------------
+
+    @workflow.signal(name=ARM_SIGNAL)
+    def arm(self, sig: ArmSignal) -> None:
+        if sig.key in self.keyset:
+            return  # a re-sent signal (caller retry), possibly from before Continue-As-New
+        self.keys.append(sig.key)
+        self.keyset.add(sig.key)
+        if len(self.keys) > KEYS_REMEMBERED:
+            for old in self.keys[: len(self.keys) - KEYS_REMEMBERED]:
+                self.keyset.discard(old)
+            del self.keys[: len(self.keys) - KEYS_REMEMBERED]
+        for t in sig.timers:
+            self._put(t)
+        self.dirty = True
+
+    @workflow.query(name="count")
+    def count(self) -> int:
+        return len(self.entries)
+
+    def _put(self, t: list) -> None:
+        tid = t[E_ID]
+        cur = self.entries.get(tid)
+        if cur is not None:
+            if cur[E_VER] > t[E_VER]:
+                return  # an older arm arriving late (e.g. forwarded); the newer one stays
+            self.pending.get(cur[E_TYPE], {}).pop(tid, None)
+        self.entries[tid] = t
+        heapq.heappush(self.heaps.setdefault(t[E_TYPE], []), (t[E_FIRE], t[E_VER], tid))
+
+    def _live(self, item: tuple[float, int, str], type_: str) -> bool:
+        e = self.entries.get(item[2])
+        return e is not None and e[E_VER] == item[1] and e[E_FIRE] == item[0] and e[E_TYPE] == type_
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: ShardInput) -> None:
+        last_report = -1e18
+        self.reported = -1  # the count last written to the utilisation table
+        while True:
+            now = workflow.now().timestamp()
+            self._collect(now)
+            await self._flush(now)
+            if self._should_continue():
+                break
+            if now - last_report >= self.cfg.util_report_s:
+                last_report = now
+                await self._report(now)
+            self.dirty = False
+            wake = self._next_wake()
+            if len(self.entries) != self.reported:  # keep the controller's view current
+                report_at = last_report + self.cfg.util_report_s
+                wake = report_at if wake is None else min(wake, report_at)
+            now = workflow.now().timestamp()
+            if wake is not None and wake <= now:
+                continue
+            try:
+                await workflow.wait_condition(
+                    lambda: self.dirty,
+                    timeout=None if wake is None else max(0.001, wake - now),
+                )
+            except asyncio.TimeoutError:
+                pass
+        # Continue-As-New carrying the heap, once no signal handler is mid-flight.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        history = workflow.info().get_current_history_length()
+        await self._util(history_length=history, continued=True)
+        workflow.continue_as_new(
+            ShardInput(self.shard, self.cfg, list(self.entries.values()), self.keys, self.continued + 1)
+        )
+
+    def _should_continue(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.cfg.history_bound
+
+    def _collect(self, now: float) -> None:
+        """Move every due timer from its type's heap to that type's pending batch."""
+        for type_, heap in self.heaps.items():
+            pending = self.pending.setdefault(type_, {})
+            while heap and heap[0][0] <= now:
+                item = heapq.heappop(heap)
+                if self._live(item, type_) and item[2] not in pending:
+                    pending[item[2]] = self.entries[item[2]]
+
+    async def _flush(self, now: float) -> None:
+        starts = []
+        for type_, pending in self.pending.items():
+            if not pending:
+                continue
+            size = self.cfg.type_batch(type_)
+            while len(pending) >= size:
+                starts.append(self._start_poller(type_, self._take(pending, size)))
+            if pending and min(e[E_FIRE] for e in pending.values()) + self.cfg.type_max_lag(type_) <= now:
+                starts.append(self._start_poller(type_, self._take(pending, len(pending))))
+        if starts:
+            await asyncio.gather(*starts)
+
+    def _take(self, pending: dict[str, list], n: int) -> list[list]:
+        out = []
+        for tid in list(pending)[:n]:
+            out.append(pending.pop(tid))
+            del self.entries[tid]
+        return out
+
+    async def _start_poller(self, type_: str, timers: list[list]) -> None:
+        # The hand-off is a Temporal checkpoint (seeds/003): once the child has started, the
+        # batch is the poller's; it outlives this run (ABANDON) and a Continue-As-New.
+        self.flushes += 1
+        info = workflow.info()
+        await workflow.start_child_workflow(
+            POLLER_WORKFLOW,
+            BatchInput(self.shard, type_, timers, self.cfg.lease_s, self.cfg.retry_initial_s),
+            id=f"{self.cfg.prefix}-b{self.shard}-{info.run_id[:8]}-{self.flushes}",
+            task_queue=self.cfg.task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+
+    def _next_wake(self) -> float | None:
+        """Earliest of: a pending batch's oldest + MaxLag, a heap's earliest + MaxLag (sleep until
+        the earliest fire time plus MaxLag, seeds/003), and the time a batch would be full."""
+        wake: float | None = None
+        for type_, heap in self.heaps.items():
+            while heap and not self._live(heap[0], type_):
+                heapq.heappop(heap)
+            max_lag = self.cfg.type_max_lag(type_)
+            pending = self.pending.get(type_) or {}
+            candidates = []
+            if pending:
+                candidates.append(min(e[E_FIRE] for e in pending.values()) + max_lag)
+            if heap:
+                candidates.append(heap[0][0] + max_lag)
+                need = self.cfg.type_batch(type_) - len(pending)
+                if 0 < need <= len(heap):
+                    candidates.append(heapq.nsmallest(need, heap)[-1][0])  # the batch fills here
+            for c in candidates:
+                wake = c if wake is None else min(wake, c)
+        return wake
+
+    async def _report(self, now: float) -> None:
+        await self._util(history_length=workflow.info().get_current_history_length(), continued=False)
+        if len(self.entries) > self.cfg.timer_cap:
+            await self._forward(now)
+
+    async def _util(self, history_length: int, continued: bool) -> None:
+        n = len(self.entries)
+        self.reported = n
+        await workflow.execute_local_activity(
+            "report_util",
+            UtilInput(self.shard, n, n / self.cfg.timer_cap, history_length, continued),
+            start_to_close_timeout=timedelta(seconds=10),
+        )
+
+    async def _forward(self, now: float) -> None:
+        """Overloaded: hand long-horizon timers to their place on the (grown) ring; they would
+        not re-arm, and so move lazily, for weeks (seeds/003)."""
+        excess = len(self.entries) - self.cfg.timer_cap
+        horizon = now + self.cfg.forward_horizon_s
+        if len(self.entries) > 2 * self.cfg.timer_cap:
+            # Far past the cap the Continue-As-New payload nears Temporal's 2 MB limit (about
+            # 80 bytes a timer): shed the farthest timers whatever their horizon.
+            horizon = now
+        far = sorted(
+            (
+                e
+                for e in self.entries.values()
+                if e[E_FIRE] > horizon and e[E_ID] not in self.pending.get(e[E_TYPE], {})
+            ),
+            key=lambda e: -e[E_FIRE],
+        )[:excess]
+        if not far:
+            return
+        moved: list[list] = await workflow.execute_activity(
+            "forward_timers",
+            ForwardInput(self.shard, far),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1)),
+        )
+        for tid, version in moved:
+            e = self.entries.get(tid)
+            if e is not None and e[E_VER] == version and tid not in self.pending.get(e[E_TYPE], {}):
+                del self.entries[tid]  # its heap item goes stale and is skipped
+
+
+@workflow.defn(name=POLLER_WORKFLOW)
+class BatchPollerWorkflow:
+    """One per flush: claim by key, poll, commit, re-arm, all in one retried activity."""
+
+    @workflow.run
+    async def run(self, inp: BatchInput) -> dict:
+        return await workflow.execute_activity(
+            "poll_batch",
+            inp,
+            start_to_close_timeout=timedelta(days=1),  # liveness comes from the heartbeat
+            heartbeat_timeout=timedelta(seconds=inp.lease_s),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=inp.retry_initial_s),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=max(1.0, inp.lease_s)),
+                maximum_attempts=0,  # a batch is never given up: timers fire at least once
+            ),
+        )
+
+
+@workflow.defn(name=CONTROLLER_WORKFLOW)
+class ControllerWorkflow:
+    """Reads the utilisation table every period and grows the shard count (seeds/003). It never
+    talks to shards: either can restart independently."""
+
+    @workflow.run
+    async def run(self, inp: ControllerInput) -> None:
+        while True:
+            await workflow.execute_activity(
+                "controller_tick",
+                inp,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)),
+            )
+            inp.ticks += 1
+            await workflow.sleep(inp.period_s)
+            if workflow.info().is_continue_as_new_suggested() or workflow.info().get_current_history_length() > 2000:
+                workflow.continue_as_new(inp)

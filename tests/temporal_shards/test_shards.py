@@ -1,0 +1,248 @@
+"""temporal_shards beyond the shared promises: Continue-As-New, the controller, crashes.
+
+Real Postgres and the embedded Temporal dev server; every test uses its own schema, so its own
+task queue and workflow ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+from schedulers.base import Fire, Outcome, Timer, us
+from schedulers.temporal_shards import TemporalShardsScheduler
+from schedulers.temporal_shards.ring import Ring
+from tests.conformance.promises import RecordingProcessor, Runner, wait_until
+
+FAST = dict(TemporalShardsScheduler.conformance_options)
+
+
+@dataclass
+class Rearming:
+    """Re-arms each fire ``every_s`` later until an id has fired ``times`` times; records
+    (id, due, worker) of every fire."""
+
+    every_s: float
+    times: int
+    fires: list[tuple[str, float, str]] = field(default_factory=list)
+    delivered: dict[tuple[str, float], int] = field(default_factory=dict)
+
+    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
+        now = time.time()
+        self.fires.extend((f.timer_id, f.due_at, f.worker) for f in fires)
+        seen = [sum(1 for tid, _, _ in self.fires if tid == f.timer_id) for f in fires]
+        return [Outcome(next_fire_at=now + self.every_s if n < self.times else None, effect=True) for n in seen]
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        for f, d in zip(fires, delivered):
+            if d:
+                key = (f.timer_id, us(f.due_at))
+                self.delivered[key] = self.delivered.get(key, 0) + 1
+
+
+async def started(make_ctx, **options) -> TemporalShardsScheduler:
+    s = TemporalShardsScheduler(make_ctx(TemporalShardsScheduler), **{**FAST, **options})
+    await s.setup()
+    return s
+
+
+async def finish(s: TemporalShardsScheduler, runner: Runner) -> None:
+    await runner.stop_all()
+    await s.teardown(drop=True)
+
+
+async def test_shard_continues_as_new_without_losing_or_repeating_timers(make_ctx):
+    # A small history bound forces several Continue-As-New while timers keep arriving as
+    # signals and leaving as batches; the heap and the idempotency keys are carried across.
+    s = await started(make_ctx, shards=1, history_bound=60, batch=5, max_lag_s=0.2)
+    runner = Runner(s)
+    try:
+        proc = RecordingProcessor()
+        runner.start(proc, "w1")
+        now = time.time()
+        timers = [Timer(f"can-{i}", now + 0.3 + 0.02 * i) for i in range(150)]
+        for i in range(0, len(timers), 10):  # 15 signals: history grows on both sides
+            await s.arm(timers[i : i + 10])
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
+        assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
+        await asyncio.sleep(0.5)
+        counts = {tid: len(proc.of(tid)) for tid in proc.ids()}
+        assert all(c == 1 for c in counts.values()), {k: c for k, c in counts.items() if c > 1}
+        stats = await s.stats()
+        assert stats["continue_as_new"] >= 2, stats
+        assert 60 <= stats["max_history_at_continue"] < 200, stats
+    finally:
+        await finish(s, runner)
+
+
+async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
+    # 20 timers fill a shard; 60 long-horizon timers over 2 shards is 150 % utilisation, so the
+    # controller grows the ring to target 60 %: ceil(60..70 / (0.6 * 20)) = 5 or 6 shards.
+    # Overloaded shards forward their long-horizon timers; re-arming timers keep firing across
+    # the change.
+    s = await started(
+        make_ctx,
+        shards=2,
+        timer_cap=20,
+        controller_period_s=0.5,
+        util_report_s=0.3,
+        ring_refresh_s=0.2,
+        forward_horizon_s=60.0,
+    )
+    runner = Runner(s)
+    try:
+        t0 = time.time()
+        proc = Rearming(every_s=0.3, times=1_000)
+        runner.start(proc, "w1")
+        far = [Timer(f"far-{i}", t0 + 3600) for i in range(60)]
+        live = [Timer(f"live-{i}", t0 + 0.2) for i in range(10)]
+        await s.arm(far)
+        await s.arm(live)
+        grown_at = None
+
+        async def grown() -> bool:
+            nonlocal grown_at
+            st = await s.stats()
+            if st["shards"] > 2 and grown_at is None:
+                grown_at = time.time()
+            return grown_at is not None
+
+        deadline = time.time() + 10
+        while not await grown() and time.time() < deadline:
+            await asyncio.sleep(0.2)
+        assert grown_at is not None, f"the controller did not grow the ring: {await s.stats()}"
+        # 60-70 timers over 20 * 0.6 per shard: 5 or 6 shards. A tick that read the counts
+        # before every shard had reported grows less, and the next tick grows the rest.
+        while (await s.stats())["shards"] < 5 and time.time() < deadline:
+            await asyncio.sleep(0.2)
+        stats = await s.stats()
+        assert stats["shards"] in (5, 6), stats
+        # timers keep firing after the change, on their (possibly new) shards
+        ok = await wait_until(
+            lambda: {tid for tid, due, _ in proc.fires if due > grown_at + 0.5} >= {t.id for t in live}, 10
+        )
+        assert ok, "re-arming timers stopped firing after the ring grew"
+        # long-horizon timers were forwarded to new shards, none lost
+        await asyncio.sleep(1.0)  # a report period or three for the forwarded counts
+        stats = await s.stats()
+        on_new = sum(stats.get(f"shard_{i}_timers", 0) for i in range(2, int(stats["shards"])))
+        assert on_new >= 10, f"no long-horizon timers were forwarded to the new shards: {stats}"
+        armed = {t.id for t in await s.export_armed()}
+        assert {t.id for t in far} <= armed
+        assert not any(tid.startswith("far-") for tid, _, _ in proc.fires), "a long-horizon timer fired early"
+        assert all(c == 1 for c in proc.delivered.values())
+    finally:
+        await finish(s, runner)
+
+
+async def test_worker_killed_mid_batch_loses_no_timer(make_ctx):
+    s = await started(make_ctx, batch=10, lease_s=1.5)
+    runner = Runner(s)
+    try:
+        dead = RecordingProcessor(hold=asyncio.Event())  # never answers
+        now = time.time()
+        timers = [Timer(f"kill-{i}", now - 0.1 + 0.01 * i) for i in range(40)]
+        await s.arm(timers)
+        doomed = runner.start(dead, "doomed")
+        ok = await wait_until(lambda: len(dead.received) >= 10, 10)
+        assert ok, "the doomed worker never got a batch"
+        await runner.crash(doomed)
+        heir = Rearming(every_s=0.3, times=2)  # fires, re-arms once
+        runner.start(heir, "heir")
+        ok = await wait_until(lambda: {tid for tid, _, _ in heir.fires} >= {t.id for t in timers}, 15)
+        missing = {t.id for t in timers} - {tid for tid, _, _ in heir.fires}
+        assert ok, f"{len(missing)} timers were lost with the killed worker, e.g. {sorted(missing)[:3]}"
+        # the re-arms made by the heir fire too, and no (timer, due) took effect twice
+        await wait_until(lambda: len(heir.fires) >= 2 * len(timers), 10)
+        assert len(heir.fires) >= 2 * len(timers)
+        assert all(c == 1 for c in heir.delivered.values()), "a redelivered fire took effect twice"
+    finally:
+        await finish(s, runner)
+
+
+@dataclass
+class CommitThenDie(Rearming):
+    """Its first ``committed()`` raises: the activity dies after the commit, before the re-arm."""
+
+    died: bool = False
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        super().committed(fires, delivered)
+        if not self.died:
+            self.died = True
+            raise RuntimeError("worker died between commit and re-arm")
+
+
+async def test_crash_between_commit_and_rearm_keeps_the_timer(make_ctx):
+    s = await started(make_ctx)
+    runner = Runner(s)
+    try:
+        t0 = time.time()
+        proc = CommitThenDie(every_s=0.5, times=2)
+        runner.start(proc, "w1")
+        await s.arm([Timer("ckpt", t0 + 0.1)])
+        # the retried activity finds the row committed by its own batch and re-sends the re-arm
+        ok = await wait_until(lambda: len({due for _, due, _ in proc.fires}) >= 2, 10)
+        assert ok, f"the committed re-arm was lost: fires {proc.fires}"
+        assert proc.died
+        assert all(c == 1 for c in proc.delivered.values())
+    finally:
+        await finish(s, runner)
+
+
+async def test_rearm_after_the_ring_grew_does_not_fire_the_stale_copy(make_ctx):
+    s = await started(make_ctx, shards=2, ring_refresh_s=0.0)
+    runner = Runner(s)
+    try:
+        # an id whose home changes when the ring grows from 2 to 4 shards
+        tid = next(f"mover-{i}" for i in range(1000) if Ring(2).home(f"mover-{i}") != Ring(4).home(f"mover-{i}"))
+        proc = RecordingProcessor()
+        runner.start(proc, "w1")
+        t0 = time.time()
+        await s.arm([Timer(tid, t0 + 1.0)])
+        async with s.pool.connection() as conn:
+            await conn.execute(s.q["ring_grow"], {"shards": 4})
+        await s.arm([Timer(tid, t0 + 2.0)])  # lands on another shard; the old copy goes stale
+        ok = await wait_until(lambda: proc.of(tid), 6)
+        assert ok, "the moved timer never fired"
+        await asyncio.sleep(0.5)
+        dues = sorted(round(r.due_at - t0, 3) for r in proc.of(tid))
+        assert dues == [2.0], f"fired for {dues}; only the latest fire time may fire"
+    finally:
+        await finish(s, runner)
+
+
+async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_dsn, schema):
+    # A second dev server whose history limit suggests Continue-As-New at 200 events; the
+    # scheduler's own bound is out of reach, so only the SDK's suggestion can trigger it.
+    from bench.stack import TemporalDev, free_port
+    from schedulers.base import StoreContext
+
+    dev = TemporalDev(home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 200})
+    address, _ = await asyncio.to_thread(dev.start, free_port())  # its readiness probe runs its own loop
+    try:
+        ctx = StoreContext(dsn=pg_dsn, schema=schema, temporal_address=address, state_bytes=64)
+        s = TemporalShardsScheduler(ctx, **{**FAST, "shards": 1, "batch": 5, "max_lag_s": 0.2, "history_bound": 10**9})
+        await s.setup()
+        runner = Runner(s)
+        try:
+            proc = RecordingProcessor()
+            runner.start(proc, "w1")
+            now = time.time()
+            timers = [Timer(f"sug-{i}", now + 0.3 + 0.02 * i) for i in range(150)]
+            for i in range(0, len(timers), 10):
+                await s.arm(timers[i : i + 10])
+            ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
+            assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
+            await asyncio.sleep(0.5)
+            assert all(len(proc.of(t.id)) == 1 for t in timers), "a timer fired twice across Continue-As-New"
+            stats = await s.stats()
+            assert stats["continue_as_new"] >= 1, stats
+            assert 200 <= stats["max_history_at_continue"] < 400, stats
+        finally:
+            await finish(s, runner)
+    finally:
+        await asyncio.to_thread(dev.stop)

@@ -1,0 +1,74 @@
+"""'What this says': sentences only where the numbers support them, each with a citation."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from reports.load import Run
+from reports.narrative import dead_tuple_growth, sentences
+from reports.tables import build_summary_table
+
+
+def run(scheduler, dead=None, **summary) -> Run:
+    base = {"complete": True, "scheduler": scheduler, "target_rate": 100.0, "achieved_rate": 100.0,
+            "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0}, "warmup_s": 2.0,
+            "missed": 0, "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+    base.update(summary)
+    rows = []
+    for i, v in enumerate(dead or []):
+        for scope, k in (("s.timers", 1.0), ("s.state", 1.0), ("s.timers#toast", 0.5)):
+            rows.append({"t": 1000.0 + i, "elapsed_s": float(i), "scope": scope, "metric": "n_dead_tup", "value": v * k})
+    samples = pd.DataFrame(rows, columns=["t", "elapsed_s", "scope", "metric", "value"])
+    return Run(path=Path(f"/runs/x-{scheduler}"), config={"scheduler": scheduler}, summary=base,
+               fires=pd.DataFrame(), samples=samples, label=scheduler)
+
+
+def say(*runs):
+    return sentences(build_summary_table(list(runs)))
+
+
+def test_lowest_p99_among_backends_that_held_the_rate():
+    out = say(run("fast_but_slow_rate", achieved_rate=50.0, lag_ms={"p99": 1.0}),
+              run("b", lag_ms={"p99": 40.0}), run("c", lag_ms={"p99": 20.0}))
+    best = [s for s in out if "lowest p99" in s.text]
+    assert len(best) == 1 and "c had the lowest p99 lag: 20.00 ms" in best[0].text and "b 40.00 ms" in best[0].text
+    assert "Lag p99" in best[0].cite
+    assert any("fast_but_slow_rate did not hold its target rate: 50.00 of 100.0 fires/s" in s.text for s in out)
+
+
+def test_no_backend_named_when_none_held_the_rate():
+    out = say(run("a", achieved_rate=10.0), run("b", complete=False, incomplete_reason="interrupted"))
+    assert not any("lowest p99" in s.text for s in out)
+    assert any("No backend run both completed and held" in s.text for s in out)
+    assert any("b is incomplete (interrupted)" in s.text for s in out)
+
+
+def test_dead_tuple_growth_over_the_measured_window():
+    r = run("pg", dead=[0, 0, 10, 20, 30, 40])  # warm-up ends at 2 s; tables summed
+    first, last, seconds, per_s = dead_tuple_growth(r)
+    assert (first, last, seconds, per_s) == (20.0, 80.0, 3.0, 20.0)
+    text = next(s for s in say(r) if "dead tuples" in s.text)
+    assert "In pg, dead tuples in the tables went from 20 to 80 over the 3.00 s measured window (+20.0/s)" in text.text
+    assert "in their TOAST tables 5 → 20 (+5.0/s)" in text.text
+    assert text.cite.startswith("Figure 4")
+
+
+def test_write_amplification_compares_row_writes_per_fire():
+    out = say(run("queue", per_fire={"inserts": 2.0, "updates": 1.0, "deletes": 1.0, "wal_bytes": 4096.0}),
+              run("leased", per_fire={"inserts": 0.0, "updates": 1.0, "deletes": 0.0, "wal_bytes": 512.0}))
+    s = next(s for s in out if s.text.startswith("Write amplification"))
+    assert "queue 4.00 row writes per fire" in s.text and "4.0 KiB of WAL" in s.text
+    assert "queue writes 4.0× the rows per fire of leased" in s.text
+
+
+def test_every_sentence_cites_a_table_row_or_figure():
+    out = say(run("memory"), run("a", missed=2, duplicate_fires=3, hot_ratio=0.5, dead=[1, 2, 3, 4]))
+    assert out and all(s.cite.startswith(("Table 1", "Figure")) for s in out)
+    assert any("a missed 2 fires" in s.text for s in out)
+    assert any("3 duplicate fires, none of which produced a duplicate effect" in s.text for s in out)
+
+
+def test_a_single_backend_that_held_the_rate_is_not_called_the_lowest():
+    out = say(run("a", achieved_rate=40.0), run("b", lag_ms={"p99": 7.0}))
+    assert any("b was the only backend that completed and held its target rate" in s.text and "7.00 ms" in s.text for s in out)
+    assert not any("lowest p99" in s.text for s in out)
