@@ -18,8 +18,13 @@ from bench.errors import BenchError
 
 # name -> "module:attribute" of a click command
 LAZY_COMMANDS: dict[str, str] = {
+    "migrate": "bench.migrate_cmd:migrate",
     "env": "bench.cli:env",
     "schedulers": "bench.cli:schedulers_cmd",
+    "run": "bench.run_cmd:run",
+    "report": "bench.report_cmd:report",
+    "compare": "bench.report_cmd:compare",
+    "sweep": "bench.sweep_cmd:sweep",
 }
 
 

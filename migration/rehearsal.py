@@ -97,10 +97,28 @@ async def rehearse(
                 await asyncio.wait_for(runner, timeout=60)
             except TimeoutError:
                 runner.cancel()
-    ended = time.time()
+    return judge(dw, dual, tolerance_s, max_extra_ratio, started_at=started, ended_at=time.time(),
+                 backfilled=backfilled, grace_s=grace_s)
+
+
+def judge(
+    dw: DualWriteScheduler,
+    dual: DualState,
+    tolerance_s: float,
+    max_extra_ratio: float,
+    *,
+    started_at: float,
+    ended_at: float,
+    backfilled: int,
+    grace_s: float | None = None,
+) -> RehearsalResult:
+    """Compare what both sides fired and give the verdict. Fires due in the last ``grace_s``
+    (default: the slower side's declared max lag plus 2 s) are not judged yet."""
+    primary, shadow = dw.primary, dw.shadow
     grace = grace_s if grace_s is not None else max(primary.capabilities.max_lag_s, shadow.capabilities.max_lag_s) + 2.0
-    judged_until = ended - grace
+    judged_until = ended_at - grace
     comparison = compare(dual.fires[PRIMARY], dual.fires[SHADOW], tolerance_s, judged_until)
+    # Lost: fired by some side, due in the judged window, and polled by neither executor.
     fired_keys = {
         (tid, due)
         for side in (PRIMARY, SHADOW)
@@ -109,8 +127,7 @@ async def rehearse(
         if due <= judged_until
     }
     lost_keys = sorted(k for k in fired_keys if k not in dual.executed)
-    # A fire the executing side never received is lost too: the primary's schedule before the
-    # switch and the shadow's after it are what must be executed.
+    lost_samples = [f"{t}@{d:.3f}" for t, d in lost_keys[:10]]
     lag = {PRIMARY: _lag_summary(dual.fires[PRIMARY]), SHADOW: _lag_summary(dual.fires[SHADOW])}
     dup_effects = dual.duplicate_effects()
     v = verdict(
@@ -120,7 +137,7 @@ async def rehearse(
         shadow_lag_p99_ms=lag[SHADOW]["p99"],
         shadow_max_lag_s=shadow.capabilities.max_lag_s,
         max_extra_ratio=max_extra_ratio,
-        lost_samples=[f"{t}@{d:.3f}" for t, d in lost_keys[:10]],
+        lost_samples=lost_samples,
     )
     executed_by = {PRIMARY: 0, SHADOW: 0}
     for side in dual.executed.values():
@@ -131,12 +148,12 @@ async def rehearse(
         backfilled=backfilled,
         duplicate_effects=dup_effects,
         lost=len(lost_keys),
-        lost_samples=[f"{t}@{d:.3f}" for t, d in lost_keys[:10]],
+        lost_samples=lost_samples,
         lag_ms=lag,
         undecided=dual.undecided,
         skipped_already_done=dual.skipped_already_done,
         switch_at=dual.switch_at,
-        started_at=started,
-        ended_at=ended,
+        started_at=started_at,
+        ended_at=ended_at,
         executed_by=executed_by,
     )

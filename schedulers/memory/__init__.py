@@ -43,7 +43,7 @@ class MemoryScheduler:
         "tick_s": 0.05,  # longest sleep between claim loops when nothing is due, seconds
         "batch": 800,  # timers per processor call (seeds/003: up to 800 per tick)
         "lease_s": 30.0,  # a crashed owner's timers come back after this, seconds
-        "inflight_batches": 4,  # batches processed concurrently per run loop
+        "inflight_batches": 16,  # batches processed concurrently per run loop (a batch ends with its slowest poll)
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.02, "lease_s": 2.0, "batch": 50}
     needs_postgres = False

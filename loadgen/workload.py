@@ -1,0 +1,240 @@
+"""Workloads: a YAML file (or a preset name) plus CLI overrides, resolved to one flat record.
+
+Fields follow DESIGN.md "The workload". In YAML every duration may be written as ``90s``,
+``5m``, ``250ms`` or a bare number of seconds, a rate as ``556/s``, ``33360/min`` or ``556``,
+and the interval as ``60s..120s``. The resolved :class:`Workload` holds plain numbers only (the
+names carry the units) and is what ``config.json`` records, every field.
+
+``rate`` is the steady-state fire rate; the trigger population is derived from it (or the rate
+from ``triggers`` when only that is given): with intervals uniform on ``[lo, hi]`` a trigger
+fires ``E[1/I] = ln(hi/lo)/(hi-lo)`` times a second, so ``triggers = rate / E[1/I]`` (over the
+share of triggers that are not long-horizon). At 556/s and 60-120 s that is ~48,100 triggers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from loadgen.rates import parse_duration, parse_interval_range, parse_rate
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass
+class Workload:
+    name: str = "custom"
+    rate_per_s: float | None = None  # steady-state fires/s (derived from triggers when None)
+    triggers: int | None = None  # population size (derived from the rate when None)
+    interval_min_s: float = 60.0  # poll interval, uniform on [min, max] (DESIGN: 60-120 s)
+    interval_max_s: float = 120.0
+    tenants: int = 100
+    tenant_skew: float = 1.1  # Zipf exponent of trigger counts per tenant; 0 = uniform
+    state_bytes: int = 4096  # incompressible poll state per trigger (seeds/003: TOASTed)
+    latency_median_ms: float = 120.0  # provider poll latency, lognormal
+    latency_p99_ms: float = 900.0
+    error_rate: float = 0.01  # share of polls that fail and re-arm with backoff
+    retry_backoff_s: float = 5.0  # first retry delay after an error, doubled per consecutive error, capped at the interval
+    new_event_rate: float = 0.05  # share of polls that find new events: new state + an effect
+    poll_concurrency: int | None = None  # provider polls in flight at once; None: 4x what the rate needs (never the bottleneck)
+    long_horizon_share: float = 0.0  # share of triggers whose first fire is far out
+    long_horizon_min_days: float = 30.0
+    long_horizon_max_days: float = 60.0
+    herd_share: float = 0.0  # share of triggers whose first fire is the same instant
+    herd_at_s: float = 5.0  # offset of that instant from the start of arming, seconds
+    duration_s: float = 600.0  # measured window
+    warmup_s: float = 60.0  # recorded but excluded from the summary
+    seed: int = 1
+    trace: str | None = None  # CSV to replay: trigger_id, tenant_id, interval_s, first_fire_s
+    grace_s: float | None = None  # a fire due in the run has this long to arrive or it is missed; None: 2x the backend's max lag, >= 2 s
+    arm_batch: int = 2000  # timers per arm() call while arming the population
+
+    # -- derived ------------------------------------------------------------------------
+
+    def fires_per_trigger_s(self) -> float:
+        """E[1/I] for intervals uniform on [min, max]: fires per second of one trigger."""
+        lo, hi = self.interval_min_s, self.interval_max_s
+        if hi - lo < 1e-9:
+            return 1.0 / lo
+        return math.log(hi / lo) / (hi - lo)
+
+    def resolved(self) -> "Workload":
+        """Fill in whichever of rate and triggers was left open; check every field."""
+        w = Workload(**asdict(self))
+        w.validate()
+        periodic = max(1e-9, 1.0 - w.long_horizon_share)
+        if w.trace:
+            return w  # rate and triggers come from the trace when the population is built
+        if w.triggers is None:
+            w.triggers = max(1, int(round(w.rate_per_s / (periodic * w.fires_per_trigger_s()))))
+        elif w.rate_per_s is None:
+            w.rate_per_s = w.triggers * periodic * w.fires_per_trigger_s()
+        w.fill_concurrency()
+        return w
+
+    def mean_latency_s(self) -> float:
+        """Mean of the lognormal latency with this median and p99."""
+        if self.latency_median_ms <= 0:
+            return 0.0
+        sigma = math.log(self.latency_p99_ms / self.latency_median_ms) / 2.3263478740408408
+        return self.latency_median_ms / 1000.0 * math.exp(sigma * sigma / 2)
+
+    def fill_concurrency(self) -> None:
+        """Little's law with 4x headroom: the simulated provider is not what a run measures."""
+        if self.poll_concurrency is None and self.rate_per_s:
+            self.poll_concurrency = max(64, int(math.ceil(4 * self.rate_per_s * self.mean_latency_s())))
+
+    def validate(self) -> None:
+        def bad(what: str, value: Any, accepted: str) -> ValueError:
+            return ValueError(f"invalid workload field {what}: {value!r}; {accepted}")
+
+        if self.rate_per_s is None and self.triggers is None and not self.trace:
+            raise bad("rate", None, "give a rate (e.g. 556/s) or a trigger count")
+        if self.rate_per_s is not None and self.rate_per_s <= 0:
+            raise bad("rate", self.rate_per_s, "must be positive")
+        if self.triggers is not None and self.triggers < 1:
+            raise bad("triggers", self.triggers, "must be at least 1")
+        if not (0 < self.interval_min_s <= self.interval_max_s):
+            raise bad("interval", f"{self.interval_min_s}..{self.interval_max_s}", "use LOW..HIGH with 0 < LOW <= HIGH")
+        if self.tenants < 1:
+            raise bad("tenants", self.tenants, "must be at least 1")
+        if self.tenant_skew < 0:
+            raise bad("tenant_skew", self.tenant_skew, "must be >= 0 (0 = uniform)")
+        if self.state_bytes < 0:
+            raise bad("state_size", self.state_bytes, "must be >= 0 bytes")
+        for name in ("error_rate", "new_event_rate", "long_horizon_share", "herd_share"):
+            v = getattr(self, name)
+            if not (0.0 <= v <= 1.0):
+                raise bad(name, v, "must be between 0 and 1")
+        if self.latency_median_ms < 0 or self.latency_p99_ms < self.latency_median_ms:
+            raise bad("provider_latency", (self.latency_median_ms, self.latency_p99_ms), "need 0 <= median <= p99 (ms)")
+        if self.poll_concurrency is not None and self.poll_concurrency < 1:
+            raise bad("poll_concurrency", self.poll_concurrency, "must be at least 1")
+        if self.duration_s <= 0:
+            raise bad("duration", self.duration_s, "must be positive")
+        if self.warmup_s < 0:
+            raise bad("warmup", self.warmup_s, "must not be negative")
+
+
+# YAML / CLI keys -> (field, parser). Human forms are accepted; the canonical field names too.
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{v!r} is not a number") from None
+
+
+def _int(v: Any) -> int:
+    try:
+        f = float(v)
+        if f != int(f):
+            raise ValueError
+        return int(f)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{v!r} is not a whole number") from None
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v in (None, "") else str(v)
+
+
+_KEYS: dict[str, tuple[str, Any]] = {
+    "name": ("name", str),
+    "rate": ("rate_per_s", parse_rate),
+    "triggers": ("triggers", _int),
+    "tenants": ("tenants", _int),
+    "tenant_skew": ("tenant_skew", _float),
+    "state_size": ("state_bytes", _int),
+    "error_rate": ("error_rate", _float),
+    "retry_backoff": ("retry_backoff_s", parse_duration),
+    "new_event_rate": ("new_event_rate", _float),
+    "poll_concurrency": ("poll_concurrency", _int),
+    "long_horizon_share": ("long_horizon_share", _float),
+    "herd_share": ("herd_share", _float),
+    "herd_at": ("herd_at_s", parse_duration),
+    "duration": ("duration_s", parse_duration),
+    "warmup": ("warmup_s", parse_duration),
+    "seed": ("seed", _int),
+    "trace": ("trace", _opt_str),
+    "grace": ("grace_s", lambda v: None if v is None else parse_duration(v)),
+    "arm_batch": ("arm_batch", _int),
+}
+
+
+def from_mapping(data: Mapping[str, Any], base: Workload | None = None) -> Workload:
+    """A workload from a YAML mapping (human forms) over ``base``. Raises ValueError."""
+    w = Workload(**asdict(base)) if base else Workload()
+    canonical = {f.name for f in fields(Workload)}
+    for key, value in data.items():
+        if key == "interval":
+            w.interval_min_s, w.interval_max_s = parse_interval_range(str(value))
+        elif key == "provider_latency":
+            if not isinstance(value, Mapping):
+                raise ValueError(f"invalid workload field provider_latency: {value!r}; use {{median: 120ms, p99: 900ms}}")
+            if "median" in value:
+                w.latency_median_ms = parse_duration(value["median"]) * 1000.0
+            if "p99" in value:
+                w.latency_p99_ms = parse_duration(value["p99"]) * 1000.0
+        elif key == "long_horizon_days":
+            lo, _, hi = str(value).partition("..")
+            w.long_horizon_min_days, w.long_horizon_max_days = float(lo), float(hi or lo)
+        elif key in _KEYS:
+            name, parse = _KEYS[key]
+            try:
+                setattr(w, name, parse(value) if value is not None else None)
+            except ValueError as exc:
+                msg = str(exc)
+                # parse_rate / parse_duration already name the value and the accepted forms
+                raise ValueError(msg if msg.startswith("invalid") else f"invalid {key.replace('_', '-')}: {msg}") from None
+        elif key in canonical:
+            setattr(w, key, value)
+        else:
+            accepted = ", ".join(sorted([*_KEYS, "interval", "provider_latency", "long_horizon_days"]))
+            raise ValueError(f"unknown workload field {key!r}; accepted: {accepted}")
+    return w
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load(spec: str | None) -> Workload:
+    """A workload from a preset name or a YAML file; ``None`` gives the production preset."""
+    spec = spec or "production"
+    path = Path(spec)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = PRESET_DIR / f"{spec}.yaml"
+        if not path.exists():
+            raise ValueError(
+                f"unknown workload {spec!r}; give a YAML file or one of the presets: {', '.join(presets())}"
+            )
+    if not path.exists():
+        raise ValueError(f"workload file not found: {spec}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"workload file {spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"workload file {spec} must be a mapping of fields")
+    data = dict(data)
+    data.setdefault("name", path.stem)
+    return from_mapping(data)
+
+
+@dataclass
+class Overrides:
+    """CLI options; None means "keep the workload's value"."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, w: Workload) -> Workload:
+        data = {k: v for k, v in self.values.items() if v is not None}
+        if "rate" in data and "triggers" not in data:
+            w.triggers = None  # the population follows the rate given on the command line
+        if "triggers" in data and "rate" not in data:
+            w.rate_per_s = None
+        return from_mapping(data, base=w)

@@ -1,0 +1,210 @@
+"""``bench run`` end to end: the real CLI in a subprocess, checked through the files it writes.
+
+Each registered scheduler runs the smoke preset, shortened (``--duration 8s --warmup 2s``); the
+summary's lag percentiles, fire counts and missed count are recomputed here from
+``fires.parquet`` with plain numpy (not through :mod:`metrics.rundir`) and compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
+from schedulers.base import REGISTRY
+
+BENCH = str(Path(sys.executable).parent / "bench")
+SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
+SUMMARY_KEYS = {
+    "complete", "incomplete_reason", "scheduler", "workload_name", "target_rate", "achieved_rate",
+    "claim_rate", "measured_s", "warmup_s", "lag_ms", "fires", "missed", "duplicate_fires",
+    "duplicate_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
+    "index_bytes_end", "warnings",
+}
+ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
+            "temporal_version", "timerbench_version", "git_commit"}
+
+
+def bench(*args: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def hdr_close(reported_ms: float, exact_ms: float) -> bool:
+    """HDR keeps 3 significant figures (and integer microseconds)."""
+    return abs(reported_ms - exact_ms) <= 2e-3 * abs(exact_ms) + 2e-3
+
+
+def percentile_agrees(reported_ms: float, lags_ms: np.ndarray, pct: float) -> bool:
+    """The reported percentile lies at the exact rank (give or take one: HDR rounds the rank
+    where numpy takes the ceiling), to HDR's precision."""
+    v = np.sort(lags_ms)
+    rank = pct / 100.0 * len(v)
+    lo = v[max(0, int(np.floor(rank)) - 2)]
+    hi = v[min(len(v) - 1, int(np.ceil(rank)) + 1)]
+    return lo - (2e-3 * abs(lo) + 2e-3) <= reported_ms <= hi + (2e-3 * abs(hi) + 2e-3)
+
+
+@pytest.mark.parametrize("scheduler", sorted(REGISTRY))
+def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_path):
+    res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(tmp_path), timeout=240)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert run_dir.name.endswith(f"-{scheduler}")
+    assert str(run_dir) in res.stdout.replace("\n", "")
+    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "fires.parquet", "samples.parquet", "summary.json"}
+
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["scheduler"] == scheduler
+    assert ENV_KEYS <= set(cfg["environment"])
+    assert cfg["workload"]["name"] == "smoke" and cfg["workload"]["duration_s"] == 8.0
+    assert cfg["workload"]["triggers"] > 0 and cfg["workload"]["rate_per_s"] > 0
+    if cfg["dsn"]:
+        assert ":" not in cfg["dsn"].split("://", 1)[-1].split("@")[0]  # no password
+        assert cfg["environment"]["postgres_version"]
+        assert "shared_buffers" in cfg["environment"]["postgres_settings"]
+
+    fires = pq.read_table(run_dir / "fires.parquet")
+    assert fires.schema.equals(FIRES_SCHEMA)
+    samples = pq.read_table(run_dir / "samples.parquet")
+    assert samples.schema.equals(SAMPLES_SCHEMA)
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert set(s) == SUMMARY_KEYS
+    assert s["complete"] is True and s["incomplete_reason"] is None
+
+    # recompute from fires.parquet
+    f = fires.to_pandas()
+    w = cfg["window"]
+    fired = f["fired_at"].notna()
+    measured = f[fired & ~f["warmup"] & (f["fired_at"] < w["measure_end"])]
+    assert s["fires"] == len(measured) > 0
+    assert s["missed"] == int((~fired).sum()) == 0
+    lag_ms = measured["lag_s"].to_numpy() * 1000.0
+    for key, pct in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+        exact = float(np.percentile(lag_ms, pct, method="inverted_cdf"))
+        assert percentile_agrees(s["lag_ms"][key], lag_ms, pct), (key, s["lag_ms"][key], exact)
+    assert hdr_close(s["lag_ms"]["max"], float(lag_ms.max()))
+    keys = f[fired].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
+    assert s["duplicate_fires"] == len(keys) - len(keys.drop_duplicates())
+    eff = f[f["effect_delivered"]].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
+    assert s["duplicate_effects"] == len(eff) - len(eff.drop_duplicates()) == 0
+    assert len(eff) > 0  # ~5% of polls find events: the effect path ran
+    assert s["achieved_rate"] == pytest.approx(s["fires"] / s["measured_s"])
+    # claims come from the per-second samples, fires from the event log: they must tell one story
+    # (to within one sample interval at the window's edges: a once-a-second backend's burst may
+    # fall either side, which is ~1/8 of an 8 s window)
+    assert s["claim_rate"] == pytest.approx(s["achieved_rate"], rel=0.2)
+    assert (measured["lag_s"] >= -0.1).all()  # never fired early (clock tolerance)
+
+    sdf = samples.to_pandas()
+    run_metrics = set(sdf.loc[sdf["scope"] == "run", "metric"])
+    assert {"fires_per_s", "claims_per_s", "lag_p50_ms", "lag_p99_ms"} <= run_metrics
+    assert any(m.startswith("backend.") for m in run_metrics)
+    if cfg["dsn"]:
+        assert {"wal_bytes", "oldest_xact_age_s"} <= run_metrics
+        scopes = set(sdf["scope"]) - {"run"}
+        if scopes:  # a design that keeps tables in Postgres: their stats and the figures from them
+            assert s["dead_tuples"]["table_end"] is not None
+            assert s["per_fire"]["wal_bytes"] is not None
+    else:
+        assert s["dead_tuples"]["table_peak"] is None and s["hot_ratio"] is None
+
+
+def test_sigint_leaves_a_readable_run_dir_marked_incomplete(tmp_path):
+    proc = subprocess.Popen(
+        [BENCH, "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
+         "--out", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        started = time.time()
+        for line in proc.stdout:  # wait until the run is under way (a status line), then interrupt
+            if "measure]" in line or time.time() - started > 60:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    run_dir = only_run_dir(tmp_path)
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["complete"] is False and "interrupt" in s["incomplete_reason"]
+    assert any("incomplete" in w for w in s["warnings"])
+    fires = pq.read_table(run_dir / "fires.parquet")
+    assert fires.num_rows > 0 and s["fires"] > 0
+    assert 0 < s["measured_s"] < 60
+    assert pq.read_table(run_dir / "samples.parquet").num_rows > 0
+    assert json.loads((run_dir / "config.json").read_text())["window"]["measure_end"] < time.time()
+
+
+def one_line_usage_error(res: subprocess.CompletedProcess) -> str:
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+    return lines[0]
+
+
+def test_unknown_scheduler_lists_the_valid_names(tmp_path):
+    line = one_line_usage_error(bench("run", "--scheduler", "nosuch", "--out", str(tmp_path), timeout=30))
+    assert "nosuch" in line
+    for name in REGISTRY:
+        assert name in line
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("rate", ["fast", "5/fortnight", "-3/s"])
+def test_malformed_rate_names_the_accepted_forms(rate, tmp_path):
+    line = one_line_usage_error(bench("run", "--scheduler", "memory", "--rate", rate, "--out", str(tmp_path), timeout=30))
+    assert rate in line
+    for form in ("556/s", "33360/min", "556"):
+        assert form in line
+
+
+def test_unreachable_dsn_names_host_and_port_not_the_password(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.time()
+    res = bench("run", "--scheduler", "memory", "--workload", "smoke", "--dsn",
+                f"postgresql://bob:s3cretpw@127.0.0.1:{port}/nowhere", "--out", str(tmp_path), timeout=30,
+                env={k: v for k, v in os.environ.items() if k != "TIMERBENCH_DSN"})
+    assert time.time() - started < 10
+    line = one_line_usage_error(res)
+    assert f"127.0.0.1:{port}" in line
+    assert "s3cretpw" not in res.stderr + res.stdout
+
+
+def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(tmp_path):
+    script = (
+        "import sys, schedulers.base as b; "
+        "b.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'; "
+        "from bench.cli import main; main(sys.argv[1:])"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", script, "run", "--scheduler", "crashing", "--workload", "smoke",
+         "--duration", "8s", "--warmup", "1s", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    run_dir = only_run_dir(tmp_path)
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["complete"] is False and "store connection lost" in s["incomplete_reason"]
+    assert s["fires"] > 0 and pq.read_table(run_dir / "fires.parquet").num_rows > 0
+    assert "store connection lost" in res.stdout
