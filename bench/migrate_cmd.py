@@ -59,11 +59,13 @@ def migrate() -> None:
               help="Extra shadow fires allowed, as a share of matched fires.")
 @click.option("--opt-from", "opts_from", multiple=True, help="Primary scheduler option key=value.")
 @click.option("--opt-to", "opts_to", multiple=True, help="Shadow scheduler option key=value.")
+@click.option("--control", is_flag=True,
+              help="First rehearse --from against itself (separate stores) to measure the noise floor.")
 @click.option("--keep", is_flag=True, help="Keep both schemas.")
 @click.option("--out", default="runs", show_default=True, help="Parent directory of run directories.")
 @stack_options
 def dry_run(from_name, to_name, workload_spec, rate, triggers, interval, duration, warmup, seed, tolerance,
-            switch_at, max_extra, opts_from, opts_to, keep, out, dsn, temporal_address) -> None:
+            switch_at, max_extra, opts_from, opts_to, control, keep, out, dsn, temporal_address) -> None:
     """Dual-write rehearsal from one scheduler to another, with a GO / NO-GO verdict."""
     from bench import stack
     from loadgen import workload as wl
@@ -109,10 +111,26 @@ def dry_run(from_name, to_name, workload_spec, rate, triggers, interval, duratio
         resolved_dsn = s.dsn if need_pg else None
         address = s.temporal_address if need_temporal else None
 
+    noise_floor = None
+    if control:
+        from dataclasses import replace
+
+        click.echo(f"control: {from_name} against itself first, to measure the noise floor")
+        ctl = MigrationRun(
+            primary_cls, primary_cls, {"from": opts["from"], "to": opts["from"]}, replace(w), resolved_dsn, address,
+            Path(out), keep, list(sys.argv), tolerance_s=tolerance_s, switch_after_s=None, max_extra_ratio=max_extra,
+        )
+        code = asyncio.run(ctl.main())
+        if code:
+            sys.exit(code)
+        m = getattr(ctl, "migration", None) or {}
+        noise_floor = {"run_dir": str(ctl.run_dir), "verdict": m.get("verdict"), "counts": m.get("counts"),
+                       "lag_diff_ms": m.get("lag_diff_ms")}
     runner = MigrationRun(
         primary_cls, shadow_cls, opts, w, resolved_dsn, address, Path(out), keep, list(sys.argv),
         tolerance_s=tolerance_s, switch_after_s=switch_after_s, max_extra_ratio=max_extra,
     )
+    runner.noise_floor = noise_floor
     code = asyncio.run(runner.main())
     if code:
         sys.exit(code)
@@ -142,6 +160,7 @@ class MigrationRun(Run):
         self.go = False
         self.dual = None
         self.backfilled = 0
+        self.noise_floor: dict[str, Any] | None = None  # the control run's comparison, if one ran
 
     # -- hooks of Run --------------------------------------------------------------------
 
@@ -189,7 +208,7 @@ class MigrationRun(Run):
         c = compare(self.dual.fires[PRIMARY], self.dual.fires[SHADOW], self.tolerance_s,
                     judged_until=now - self.tolerance_s - 2.0)
         executor = self.dual.executor(now)
-        return (f"  | {executor} executes; matched {c.matched:,} missing {c.missing_in_shadow:,} "
+        return (f"  | {executor} executes what is due now; matched {c.matched:,} missing {c.missing_in_shadow:,} "
                 f"extra {c.extra_in_shadow:,}")
 
     async def after_run(self, scheduler, summary: dict[str, Any]) -> None:
@@ -226,6 +245,7 @@ class MigrationRun(Run):
             "lag_diff_ms": result.comparison.lag_diff_ms,
             "samples": {**result.comparison.samples, "lost": result.lost_samples},
             "resources": resources,
+            "noise_floor": self.noise_floor,
         }
         rundir.write_json(self.run_dir / "migration.json", migration)
         self.go = result.verdict.go
@@ -259,6 +279,13 @@ class MigrationRun(Run):
                     f"{_fmt(r.get('writes_per_fire'))}, dead tuples peak {_fmt(r.get('dead_peak'))} "
                     f"(TOAST {_fmt(r.get('toast_dead_peak'))})"
                 )
+        nf = m.get("noise_floor")
+        if nf and nf.get("counts"):
+            nc = nf["counts"]
+            self.console.print(
+                f"  noise floor ({m['from']} vs itself): missing {nc['missing_in_shadow']:,}, extra "
+                f"{nc['extra_in_shadow']:,}, lag difference p99 {_ms((nf.get('lag_diff_ms') or {}).get('p99'))}"
+            )
         for reason in m["reasons"]:
             self.console.print(f"  - {reason}")
 

@@ -46,8 +46,12 @@ class DualState:
     undecided: int = 0
     skipped_already_done: int = 0
 
-    def executor(self, now: float) -> str:
-        return SHADOW if self.switch_at is not None and now >= self.switch_at else PRIMARY
+    def executor(self, due_at: float) -> str:
+        """The side that executes fires due at ``due_at``: the read switch moves every fire due
+        from ``switch_at`` on to the shadow. Deciding by due time (not by when a side happens to
+        see the fire) keeps both sides agreeing on every key, so none is executed twice and
+        none is left to the other side."""
+        return SHADOW if self.switch_at is not None and due_at >= self.switch_at else PRIMARY
 
     def decide(self, key: tuple[str, float], next_fire_at: float | None) -> None:
         self.decisions[key] = next_fire_at
@@ -83,9 +87,21 @@ class SideProcessor:
         record = dual.fires[self.side]
         for f in fires:
             record.add(f.timer_id, us(f.due_at), now - max(f.due_at, f.armed_at))
-        if dual.executor(now) == self.side:
+        mine = [i for i, f in enumerate(fires) if dual.executor(f.due_at) == self.side]
+        if len(mine) == len(fires):
             return await self._execute(fires)
-        return await self._observe(fires)
+        if not mine:
+            return await self._observe(fires)
+        theirs = sorted(set(range(len(fires))) - set(mine))
+        executed, observed = await asyncio.gather(
+            self._execute([fires[i] for i in mine]), self._observe([fires[i] for i in theirs])
+        )
+        out: list[Outcome] = [None] * len(fires)  # type: ignore[list-item]
+        for i, o in zip(mine, executed):
+            out[i] = o
+        for i, o in zip(theirs, observed):
+            out[i] = o
+        return out
 
     async def _execute(self, fires: Sequence[Fire]) -> list[Outcome]:
         dual = self.dual

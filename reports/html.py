@@ -13,6 +13,7 @@ from typing import Callable
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.report import Report
+from reports.sweep import section_sweep_html
 from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
 
 CSS = """
@@ -202,12 +203,15 @@ def section_migration(report: Report) -> str:
         verdict = str(m.get("verdict", "?"))
         cls = "verdict-go" if verdict.upper() == "GO" else "verdict-nogo"
         out.append(f"<h3>{_swatch(r)}{escape(r.label)}</h3><div class=\"{cls}\">{escape(verdict)}</div>")
+        reasons = m.get("reasons") or []
+        if reasons:
+            out.append('<div class="warnbox"><ul>' + "".join(f"<li>{escape(str(x))}</li>" for x in reasons) + "</ul></div>")
         scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
         body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>' for k, v in {**scalars, **counts}.items())
         if body:
             out.append(f'<table class="migration">{body}</table>')
-        rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts")}
+        rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts", "reasons")}
         if rest:
             out.append(f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>")
     out.append("</section>")
@@ -228,6 +232,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_header,
     section_checks,
     section_failures,
+    section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
     section_summary,
     section_narrative,
     section_figures,

@@ -7,6 +7,7 @@ import json
 from typing import Callable
 
 from reports.report import Report
+from reports.sweep import section_sweep_markdown
 from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
 
 
@@ -102,6 +103,9 @@ def md_migration(report: Report) -> str:
         out.append(f"### {r.label}: **{m.get('verdict', '?')}**")
         scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+        reasons = m.get("reasons") or []
+        if reasons:
+            out.append("\n".join(f"- **{reason}**" for reason in reasons))
         if scalars or counts:
             out.append(_table(["figure", "value"], [[str(k), str(v)] for k, v in {**scalars, **counts}.items()]))
     return "\n\n".join(out)
@@ -131,7 +135,7 @@ def md_runs(report: Report) -> str:
 
 
 SECTIONS: list[Callable[[Report], str]] = [
-    md_header, md_checks, md_failures, md_summary, md_narrative, md_migration, md_environment, md_runs,
+    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_migration, md_environment, md_runs,
 ]
 
 
