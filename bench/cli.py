@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from bench.errors import BenchError
+from bench.errors import BenchError, UsageError
 
 # name -> "module:attribute" of a click command
 LAZY_COMMANDS: dict[str, str] = {
@@ -25,6 +25,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "report": "bench.report_cmd:report",
     "compare": "bench.report_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",
+    "serve": "bench.serve_cmd:serve",
 }
 
 
@@ -64,6 +65,34 @@ def stack_options(f):
         help="Postgres connection string (default: the embedded server).",
     )(f)
     return f
+
+
+def resolve_servers(classes, dsn: str | None, temporal_address: str | None) -> tuple[str | None, str | None]:
+    """The DSN and Temporal address the given scheduler classes need: the ones the user gave
+    (a wrong one is a usage error, exit 2) or the embedded servers, started on demand."""
+    from bench import stack
+
+    need_pg = any(getattr(c, "needs_postgres", False) for c in classes) or dsn is not None
+    need_temporal = any(getattr(c, "needs_temporal", False) for c in classes)
+    if not (need_pg or need_temporal):
+        return None, None
+    try:
+        s = stack.resolve(dsn, temporal_address, need_temporal, say=lambda m: click.echo(f"note: {m}", err=True))
+    except BenchError as exc:
+        if dsn is not None or temporal_address is not None:
+            raise UsageError(str(exc)) from None  # the address the user gave is wrong
+        raise
+    return (s.dsn if need_pg else None), (s.temporal_address if need_temporal else None)
+
+
+def scheduler_options(cls, pairs) -> dict:
+    """A scheduler's defaults with ``--opt key=value`` pairs applied; bad pairs exit 2."""
+    from schedulers.base import OptionSpec
+
+    try:
+        return {**cls.default_options, **OptionSpec(dict(cls.default_options)).parse(pairs)}
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @cli.group()

@@ -22,7 +22,6 @@ resource side, before vs after (dead tuples, writes per fire) from each side's o
 from __future__ import annotations
 
 import asyncio
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,8 @@ from typing import Any
 import click
 import numpy as np
 
-from bench.cli import stack_options
-from bench.errors import BenchError, UsageError
+from bench.cli import resolve_servers, scheduler_options, stack_options
+from bench.errors import UsageError
 from bench.run_cmd import Run
 
 SAMPLE_IDS = 10
@@ -67,10 +66,9 @@ def migrate() -> None:
 def dry_run(from_name, to_name, workload_spec, rate, triggers, interval, duration, warmup, seed, tolerance,
             switch_at, max_extra, opts_from, opts_to, control, keep, out, dsn, temporal_address) -> None:
     """Dual-write rehearsal from one scheduler to another, with a GO / NO-GO verdict."""
-    from bench import stack
     from loadgen import workload as wl
     from loadgen.rates import parse_duration
-    from schedulers.base import OptionSpec, UnknownScheduler, scheduler_class
+    from schedulers.base import UnknownScheduler, scheduler_class
 
     try:
         primary_cls = scheduler_class(from_name)
@@ -90,26 +88,9 @@ def dry_run(from_name, to_name, workload_spec, rate, triggers, interval, duratio
         raise UsageError(
             f"--switch-at {switch_at} is outside the run (0 .. {w.warmup_s + w.duration_s:g} s); pick a time inside it"
         )
-    try:
-        opts = {
-            "from": {**primary_cls.default_options, **OptionSpec(dict(primary_cls.default_options)).parse(opts_from)},
-            "to": {**shadow_cls.default_options, **OptionSpec(dict(shadow_cls.default_options)).parse(opts_to)},
-        }
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    opts = {"from": scheduler_options(primary_cls, opts_from), "to": scheduler_options(shadow_cls, opts_to)}
 
-    need_pg = any(getattr(c, "needs_postgres", False) for c in (primary_cls, shadow_cls)) or dsn is not None
-    need_temporal = any(getattr(c, "needs_temporal", False) for c in (primary_cls, shadow_cls))
-    resolved_dsn = address = None
-    if need_pg or need_temporal:
-        try:
-            s = stack.resolve(dsn, temporal_address, need_temporal, say=lambda m: click.echo(f"note: {m}", err=True))
-        except BenchError as exc:
-            if dsn is not None or temporal_address is not None:
-                raise UsageError(str(exc)) from None
-            raise
-        resolved_dsn = s.dsn if need_pg else None
-        address = s.temporal_address if need_temporal else None
+    resolved_dsn, address = resolve_servers([primary_cls, shadow_cls], dsn, temporal_address)
 
     noise_floor = None
     if control:

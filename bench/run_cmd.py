@@ -30,8 +30,8 @@ from typing import Any
 import click
 import numpy as np
 
-from bench.cli import stack_options
-from bench.errors import BenchError, UsageError
+from bench.cli import resolve_servers, scheduler_options, stack_options
+from bench.errors import UsageError
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
 STATUS_EVERY_S = 3.0
@@ -56,12 +56,21 @@ MIN_GRACE_S = 2.0  # the grace period: at least this, and at least 2x the backen
 @click.option("--opt", "opts", multiple=True, help="Scheduler option key=value (repeatable).")
 @click.option("--keep", is_flag=True, help="Keep the run's schema instead of dropping it.")
 @click.option("--out", default="runs", show_default=True, help="Parent directory of run directories.")
+@click.option("--fault", "faults", multiple=True,
+              help="Inject a fault (repeatable): kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, "
+                   "restart-temporal@60s, hold-snapshot@10s:120s, slow-provider@30s:60s:5s (see bench/faults.py).")
+@click.option("--nodes", type=int, default=None,
+              help="Run the claim loops in N `bench serve` processes on one store (see bench/nodes.py).")
+@click.option("--arm-load", default=None,
+              help="Arm this many extra timers/s through PUT /timers with locust beside the run, e.g. 200/s "
+                   "(implies --nodes 1 at least).")
 @stack_options
 def run(scheduler_name, workload_spec, rate, triggers, interval, tenants, tenant_skew, state_size,
-        duration, warmup, seed, trace, opts, keep, out, dsn, temporal_address) -> None:
+        duration, warmup, seed, trace, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
+        arm_load=None) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from loadgen import workload as wl
-    from schedulers.base import OptionSpec, UnknownScheduler, scheduler_class
+    from schedulers.base import UnknownScheduler, scheduler_class
 
     try:
         cls = scheduler_class(scheduler_name)
@@ -79,28 +88,41 @@ def run(scheduler_name, workload_spec, rate, triggers, interval, tenants, tenant
         raise UsageError(str(exc)) from None
     except TypeError as exc:
         raise UsageError(f"bad workload value: {exc}") from None
+    options = scheduler_options(cls, opts)
+    arm_load_per_s = None
+    if arm_load is not None:
+        from loadgen.rates import parse_rate
+
+        try:
+            arm_load_per_s = parse_rate(arm_load)
+        except ValueError as exc:
+            raise UsageError(f"--arm-load: {exc}") from None
+        nodes = max(1, nodes or 1)  # locust needs a node's HTTP API to arm through
+    if nodes is not None:
+        if nodes < 1:
+            raise UsageError(f"bad --nodes {nodes}; give a count of at least 1")
+        if not (getattr(cls, "needs_postgres", False) or getattr(cls, "needs_temporal", False)):
+            raise UsageError(f"--nodes/--arm-load need a shared store; {cls.name} keeps its timers inside one "
+                             f"process (use pg_queue, pg_leased or temporal_shards)")
+    from bench import faults as faults_mod
+
     try:
-        options = {**cls.default_options, **OptionSpec(dict(cls.default_options)).parse(opts)}
+        fault_specs = faults_mod.parse_all(faults)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    from bench import stack
+    resolved_dsn, address = resolve_servers([cls], dsn, temporal_address)
 
-    need_pg = bool(getattr(cls, "needs_postgres", False)) or dsn is not None
-    need_temporal = bool(getattr(cls, "needs_temporal", False))
-    resolved_dsn = None
-    address = None
-    if need_pg or need_temporal:
-        try:
-            s = stack.resolve(dsn, temporal_address, need_temporal, say=lambda m: click.echo(f"note: {m}", err=True))
-        except BenchError as exc:
-            if dsn is not None or temporal_address is not None:
-                raise UsageError(str(exc)) from None  # the address the user gave is wrong
-            raise
-        resolved_dsn = s.dsn if need_pg else None
-        address = s.temporal_address if need_temporal else None
+    if fault_specs:
+        faults_mod.check(fault_specs, dsn=resolved_dsn, temporal_address=address, nodes=nodes)
+    if nodes:
+        from bench.nodes import NodesRun
 
-    runner = Run(cls, options, w, resolved_dsn, address, Path(out), keep, list(sys.argv))
+        runner = NodesRun(cls, options, w, resolved_dsn, address, Path(out), keep, list(sys.argv), nodes=nodes,
+                          arm_load=arm_load_per_s)
+    else:
+        runner = Run(cls, options, w, resolved_dsn, address, Path(out), keep, list(sys.argv))
+    runner.fault_specs = fault_specs
     code = asyncio.run(runner.main())
     if code:
         sys.exit(code)
@@ -121,6 +143,8 @@ class Run:
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
+        self.fault_specs: list = []  # bench.faults.FaultSpec, from --fault
+        self.faults = None  # the bench.faults.FaultInjector of this run, if any
 
     # -- hooks for runs built on this one (bench migrate dry-run) ---------------------------
 
@@ -141,6 +165,27 @@ class Run:
     async def after_run(self, scheduler, summary: dict[str, Any]) -> None:
         """After summary.json is written, before teardown."""
         return None
+
+    # -- hooks for runs whose claim loops live elsewhere (bench run --nodes, bench/nodes.py) --
+
+    async def start_workers(self, scheduler) -> None:
+        """After setup, before the window is fixed and arming starts."""
+        return None
+
+    def run_loop(self, scheduler, stop: asyncio.Event):
+        """The coroutine that claims and processes until ``stop`` (the run's ``run`` task)."""
+        if self.faults is not None:  # faults supervise the run loop (kill-worker crashes and replaces it)
+            return self.faults.supervise({"poll": self.processor}, stop)
+        return scheduler.run({"poll": self.processor}, stop, worker_id="w0")
+
+    async def refresh_progress(self) -> None:
+        """Before ``self.processor`` is asked what is outstanding (status line, drain)."""
+        return None
+
+    async def merge_records(self) -> dict[str, Any]:
+        """After fires.parquet is closed, before the summary: fields to add to it (and its
+        ``warnings``, appended)."""
+        return {}
 
     # -- the run directory ----------------------------------------------------------------
 
@@ -198,7 +243,7 @@ class Run:
         from metrics import rundir
         from metrics.recorder import FireRecorder
         from metrics.sampler import describe_postgres
-        from schedulers.base import StoreContext, create
+        from schedulers.base import StoreContext
 
         loop = asyncio.get_running_loop()
         self._install_sigint(loop)
@@ -264,6 +309,7 @@ class Run:
         from metrics.sampler import Sampler
 
         w = self.w
+        await self.start_workers(scheduler)
         now = time.time()
         arm_start = now + ARM_LEAD_S
         self.window.update(arm_start=arm_start, measure_start=arm_start + w.warmup_s,
@@ -278,12 +324,18 @@ class Run:
         stop = asyncio.Event()
         tasks: dict[str, asyncio.Task] = {}
         remaining = await self.prepare(scheduler, population, arm_start)
-        tasks["run"] = asyncio.create_task(scheduler.run({"poll": self.processor}, stop, worker_id="w0"))
+        if self.fault_specs:
+            from bench.faults import FaultInjector
+
+            self.faults = FaultInjector(self.fault_specs, self, scheduler)
+        tasks["run"] = asyncio.create_task(self.run_loop(scheduler, stop))
         tasks["arm"] = asyncio.create_task(self._arm(scheduler, population, arm_start, remaining))
         sampler_stop = asyncio.Event()
         helpers = [asyncio.create_task(self.sampler.loop(sampler_stop)),
                    asyncio.create_task(self._status(sampler_stop)),
                    asyncio.create_task(self._flush(sampler_stop))]
+        if self.faults is not None:
+            helpers.append(asyncio.create_task(self.faults.loop(stop)))
         self.console.print(
             f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
             f"warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s"
@@ -351,6 +403,7 @@ class Run:
         end = self.window["measure_end"]
         limit = end + self.window["grace_s"]
         while time.time() < limit and not self.interrupted.is_set() and not run_task.done():
+            await self.refresh_progress()
             if len(self.processor.outstanding(end)) == 0:
                 break
             await asyncio.sleep(0.1)
@@ -400,6 +453,7 @@ class Run:
                 return
             except (TimeoutError, asyncio.TimeoutError):
                 pass
+            await self.refresh_progress()
             now = time.time()
             rows = self.recorder.rows
             rate = (rows - last_rows) / max(1e-6, now - last_t)
@@ -447,10 +501,19 @@ class Run:
                 except Exception:
                     pass
                 self.sampler.save()
+            extra = await self.merge_records()
         else:
+            extra = {}
             self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
         self._write_config()
         summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
+        summary["warnings"].extend(extra.pop("warnings", []))
+        summary.update(extra)
+        if self.faults is not None:
+            from metrics.faults import fault_summary
+
+            self.faults.write()
+            summary["faults"] = fault_summary(self.run_dir)
         if self.recorder is not None and self.processor is not None and self.sampler is not None:
             if self.recorder.late_effects:
                 summary["warnings"].append(
@@ -513,6 +576,11 @@ class Run:
         self.console.print(t)
         for warning in s["warnings"]:
             self.console.print(f"warning: {warning}")
+        if s.get("faults"):
+            from bench.faults import summary_lines
+
+            for line in summary_lines(s):
+                self.console.print(line)
         self.console.print(f"run directory: {self.run_dir}")
 
     def _install_sigint(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -12,6 +12,13 @@ Bearer <token>`` on everything but the health checks, which orchestrators call b
   and ticking (its ``last_tick_at`` is recent); 503 otherwise, with the reason. seeds/000: a dead
   tick loop behind a green API is exactly the failure to prevent.
 * ``GET /metrics``: Prometheus text format (fires, lag histogram, claims, armed, loop heartbeat age).
+* ``GET /progress`` (token-protected): the polling processor's per-trigger bookkeeping as an
+  ``.npz`` (``armed_due``, ``armed_at``, ``received_due``) so that ``bench run --nodes N`` can
+  tell, while draining, which fires due in its window have not arrived at any node yet.
+
+Timers of type ``load`` (what ``loadgen/locustfile.py`` arms) go to :class:`LoadSink`, which
+only counts them: arm load exercises the store without mixing its fires into the measured
+population's.
 
 ``SIGUSR1`` kills the claim loop inside the node (the "tick loop panicked" case), so that
 readiness can be seen to follow it; the HTTP API stays up.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import time
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Mapping, Sequence
@@ -90,8 +98,8 @@ def parse_timers(body: Any, known_types: Sequence[str]) -> list[Timer]:
         if not isinstance(tenant, str) or not tenant:
             raise BadTimers(f"{where}.tenant must be a non-empty string")
         priority = item.get("priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise BadTimers(f"{where}.priority must be an integer")
+        if not isinstance(priority, int) or isinstance(priority, bool) or not (-(2**31) <= priority < 2**31):
+            raise BadTimers(f"{where}.priority must be an integer that fits in 32 bits")
         out.append(Timer(tid, fire_at, type_, tenant, priority))
     return out
 
@@ -112,25 +120,86 @@ class NodeMetrics:
         self.ready = Gauge("timerbench_ready", "1 when /health/ready would answer 200", registry=self.registry)
 
 
-class MeteredProcessor:
-    """Counts fires and lag for /metrics, then hands the batch to the real processor."""
+class HoldLog:
+    """When this node held each timer: from receipt to the backend's commit report.
 
-    def __init__(self, real: Processor, metrics: NodeMetrics) -> None:
+    ``bench run --nodes N`` merges the nodes' logs to check that no timer was held by two live
+    nodes at once (overlapping intervals of one id on different workers). A hold whose commit
+    never came (the node stopped first) ends at NaN: it proves nothing either way.
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.due: list[float] = []
+        self.received: list[float] = []
+        self.released: list[float] = []
+        self._open: dict[int, int] = {}  # id(Fire) -> row, until committed
+
+    def received_batch(self, fires: Sequence[Fire], at: float) -> None:
+        row0 = len(self.ids)
+        self.ids.extend(f.timer_id for f in fires)
+        self.due.extend(f.due_at for f in fires)
+        self.received.extend([at] * len(fires))
+        self.released.extend([math.nan] * len(fires))
+        self._open.update(zip(map(id, fires), range(row0, row0 + len(fires))))
+
+    def committed_batch(self, fires: Sequence[Fire], at: float) -> None:
+        for f in fires:
+            row = self._open.pop(id(f), None)
+            if row is not None:
+                self.released[row] = at
+
+    def table(self, worker: str):
+        import pyarrow as pa
+
+        n = len(self.ids)
+        return pa.table({
+            "timer_id": pa.array(self.ids, pa.string()),
+            "due_at": pa.array(self.due, pa.float64()),
+            "received_at": pa.array(self.received, pa.float64()),
+            "committed_at": pa.array(self.released, pa.float64()),
+            "worker": pa.array([worker] * n, pa.string()),
+        })
+
+
+class MeteredProcessor:
+    """Counts fires and lag for /metrics (and holds, when logged), then hands the batch on."""
+
+    def __init__(self, real: Processor, metrics: NodeMetrics, holds: HoldLog | None = None) -> None:
         self.real = real
         self.metrics = metrics
+        self.holds = holds
 
     async def process(self, fires: Sequence[Fire]) -> Sequence[Outcome]:
         now = time.time()
         m = self.metrics
         m.claims.inc()
         m.fires.inc(len(fires))
+        if self.holds is not None:
+            self.holds.received_batch(fires, now)
         for f in fires:
             m.lag.observe(max(0.0, now - max(f.due_at, f.armed_at)))
         return await self.real.process(fires)
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        if self.holds is not None:
+            self.holds.committed_batch(fires, time.time())
         self.metrics.effects.inc(sum(1 for d in delivered if d))
         self.real.committed(fires, delivered)
+
+
+class LoadSink:
+    """The processor of ``load`` timers (arm load from locust): count the fire, finish the timer."""
+
+    def __init__(self) -> None:
+        self.fires = 0
+
+    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
+        self.fires += len(fires)
+        return [Outcome(None) for _ in fires]
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        return None
 
 
 class Node:
@@ -144,10 +213,16 @@ class Node:
         probes: Sequence[Callable[[], Awaitable[None]]] = (),
         token: str | None = None,
         stale_after_s: float | None = None,
+        holds: HoldLog | None = None,
+        on_armed: Callable[[Sequence[Timer], float], None] | None = None,
+        progress: Callable[[], bytes] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.metrics = NodeMetrics()
-        self.processors = {t: MeteredProcessor(p, self.metrics) for t, p in processors.items()}
+        self.holds = holds
+        self.processors = {t: MeteredProcessor(p, self.metrics, holds) for t, p in processors.items()}
+        self.on_armed = on_armed  # tells the polling processor about population ids armed here
+        self.progress_npz = progress
         self.worker_id = worker_id
         self.probes = list(probes)
         self.token = token
@@ -183,7 +258,10 @@ class Node:
             return False, "claim loop not started"
         if self.loop_task.done():
             return False, self.loop_error or "claim loop ended"
-        age = time.time() - float(getattr(self.scheduler, "last_tick_at", 0.0) or 0.0)
+        last = float(self.scheduler.last_tick_at or 0.0)  # every backend keeps it (schedulers/base.py)
+        if not last:
+            return False, "claim loop has not ticked yet"
+        age = time.time() - last
         if age > self.stale_after_s:
             return False, f"claim loop has not ticked for {age:.1f}s (limit {self.stale_after_s:.1f}s)"
         for probe in self.probes:
@@ -212,9 +290,22 @@ class Node:
             timers = parse_timers(body, sorted(self.processors))
         except BadTimers as exc:
             return web.json_response({"error": str(exc)}, status=400)
-        await self.scheduler.arm(timers)
+        armed_at = time.time()
+        try:
+            await self.scheduler.arm(timers)
+        except Exception as exc:  # the store failed: nothing we validated is wrong
+            return web.json_response({"error": f"arming failed: {type(exc).__name__}"}, status=503)
+        if self.on_armed is not None:
+            self.on_armed(timers, armed_at)
         self.metrics.armed.inc(len(timers))
         return web.json_response({"armed": len(timers)})
+
+    async def progress(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        if self.progress_npz is None:
+            return web.json_response({"error": "this node keeps no progress"}, status=404)
+        return web.Response(body=self.progress_npz(), content_type="application/octet-stream")
 
     async def live(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "live"})
@@ -238,4 +329,5 @@ class Node:
         app.router.add_get("/health/live", self.live)
         app.router.add_get("/health/ready", self.ready)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/progress", self.progress)
         return app

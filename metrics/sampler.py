@@ -83,9 +83,7 @@ class Sampler:
     async def open(self) -> None:
         """Connect and take the baseline (call after setup, before arming)."""
         if self.dsn:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, connect_timeout=10, application_name="timerbench-sampler"
-            )
+            await self._connect()
             await self._resolve()
             await self._pg_sample(baseline=True)
         stats = await self._backend_stats()
@@ -93,6 +91,11 @@ class Sampler:
             self._last_claims = stats[CLAIMED]
         self.start = self._last_t = time.time()
         self._last_rows = self.recorder.rows
+
+    async def _connect(self) -> None:
+        self._conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, connect_timeout=10, application_name="timerbench-sampler"
+        )
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -130,9 +133,11 @@ class Sampler:
         self.latest[(scope, metric)] = float(value)
 
     async def _pg_sample(self, baseline: bool = False, t: float | None = None) -> None:
-        conn = self._conn
-        if conn is None:
+        if self._conn is None:
             return
+        if self._conn.closed or self._conn.broken:
+            await self._connect()  # the server restarted (a fault, or a failover): sample on
+        conn = self._conn
         if len(self._scopes) < len(self._names):
             await self._resolve()  # a table created after the sampler started
         wal_pos, oldest = await (await conn.execute(SQL["run_stats"])).fetchone()

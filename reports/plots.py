@@ -69,6 +69,24 @@ def _shade_warmup(ax, runs: list[Run]) -> None:
         ax.text(warm, 1.0, " warm-up ends", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="#555")
 
 
+def _shade_faults(ax, runs: list[Run]) -> None:
+    """Each injected fault (``bench run --fault``) as a shaded span, in its run's colour, labelled
+    with its spec; an instant fault gets a visible minimum width."""
+    from metrics.faults import fault_spans
+
+    for r, st in zip(runs, _styles(runs)):
+        spans = fault_spans(r.path)
+        s = r.samples
+        if not spans or s.empty:
+            continue
+        origin = float((s["t"] - s["elapsed_s"]).median())  # the samples' elapsed_s = t - origin
+        for spec, start, end in spans:
+            a, b = start - origin, max(end - origin, start - origin + 0.3)
+            ax.axvspan(a, b, color=st["color"], alpha=0.15, lw=0)
+            ax.text(a, 0.97, f" {spec}", transform=ax.get_xaxis_transform(), fontsize=6.5, va="top",
+                    rotation=90, color=st["color"])
+
+
 def _no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666", fontsize=10)
 
@@ -118,6 +136,7 @@ def _time_series(runs: list[Run], panels: list[tuple[str, Callable[[Run], object
         ax.grid(True, alpha=0.25)
         if drawn:
             _shade_warmup(ax, runs)
+            _shade_faults(ax, runs)
             if logy:
                 ax.set_yscale("symlog", linthresh=1.0)
             if ylabel_fmt:

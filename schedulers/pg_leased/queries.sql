@@ -8,7 +8,7 @@ INSERT INTO {schema}.schedule AS s
        (id, tenant_id, type, priority, next_fire_at, armed_at, state, version, attempt, poll_state)
 SELECT u.id, u.tenant_id, u.type, u.priority, u.fire_at, now(), 'scheduled', 0, 0, u.poll_state
 FROM unnest(%(ids)s::text[], %(tenant_ids)s::text[], %(types)s::text[], %(priorities)s::int[],
-            %(fire_ats)s::timestamptz[], %(poll_states)s::bytea[])
+            %(fire_ats)s::timestamptz[], %(poll_states)b::bytea[])
      AS u(id, tenant_id, type, priority, fire_at, poll_state)
 ON CONFLICT (id) DO UPDATE SET
     tenant_id = excluded.tenant_id,
@@ -26,7 +26,7 @@ ON CONFLICT (id) DO UPDATE SET
 -- split_state: the poll state is created at first arm; a move keeps the existing state.
 INSERT INTO {schema}.state (id, poll_state)
 SELECT u.id, u.poll_state
-FROM unnest(%(ids)s::text[], %(poll_states)s::bytea[]) AS u(id, poll_state)
+FROM unnest(%(ids)s::text[], %(poll_states)b::bytea[]) AS u(id, poll_state)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: claim_due
@@ -172,7 +172,7 @@ WITH batch AS (
     SELECT *
       FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
                   %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
-                  %(poll_states)s::bytea[], %(effect_dues)s::timestamptz[])
+                  %(poll_states)b::bytea[], %(effect_dues)s::timestamptz[])
            AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
 ), locked AS (
     -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue
@@ -225,7 +225,7 @@ WITH batch AS (
     SELECT *
       FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
                   %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
-                  %(poll_states)s::bytea[], %(effect_dues)s::timestamptz[])
+                  %(poll_states)b::bytea[], %(effect_dues)s::timestamptz[])
            AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
 ), locked AS (
     -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue

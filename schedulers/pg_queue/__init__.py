@@ -74,6 +74,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
@@ -142,6 +143,7 @@ class PgQueueScheduler:
         self.ticks = 0
         self.fenced = 0  # fires whose row was moved or taken over while in flight
         self.batch_errors = 0  # batches whose processor or commit raised (claims left to go stale)
+        self.claim_errors = 0  # ticks whose claim failed on a lost connection (server restart); retried
         self.last_error: BaseException | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -224,6 +226,7 @@ class PgQueueScheduler:
             "ticks": float(self.ticks),
             "fenced": float(self.fenced),
             "batch_errors": float(self.batch_errors),
+            "claim_errors": float(self.claim_errors),
         }
 
     # -- the scheduler loop ---------------------------------------------------------------
@@ -245,6 +248,18 @@ class PgQueueScheduler:
                     break
                 try:
                     fires, claimed_at = await self._claim(pool, owner, batch_no)
+                except psycopg.OperationalError as exc:
+                    # The server went away (a restart, a failover): the claim's statement either
+                    # committed or did not; either way retry next tick -- a claim lost with its
+                    # connection comes back after stale_claim_s, like a crashed owner's.
+                    slots.release()
+                    self.claim_errors += 1
+                    self.last_error = exc
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=self.tick_s)
+                    except TimeoutError:
+                        pass
+                    continue
                 except BaseException:
                     slots.release()
                     raise

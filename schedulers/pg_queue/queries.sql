@@ -12,7 +12,7 @@ SELECT u.id, u.tenant_id, u.type, u.priority,
        coalesce(to_timestamp(u.fire_at), now()),   -- fire_at NULL: due now (seeds/000)
        now(), 'scheduled', u.poll_state, now(), now()
 FROM unnest(%(ids)s::text[], %(tenants)s::text[], %(types)s::text[], %(priorities)s::int[],
-            %(fire_ats)s::float8[], %(states)s::bytea[])
+            %(fire_ats)s::float8[], %(states)b::bytea[])
      AS u(id, tenant_id, type, priority, fire_at, poll_state)
 ON CONFLICT (id) DO UPDATE SET
     tenant_id = excluded.tenant_id,
@@ -91,7 +91,7 @@ SELECT u.id, u.tenant_id, u.type, u.priority, u.interval_s, to_timestamp(u.next_
        'scheduled', u.poll_count, u.poll_state, u.created_at, now()
 FROM unnest(%(ids)s::text[], %(tenants)s::text[], %(types)s::text[], %(priorities)s::int[],
             %(intervals_s)s::float8[], %(next_fire_ats)s::float8[], %(poll_counts)s::int8[],
-            %(states)s::bytea[], %(created_ats)s::timestamptz[])
+            %(states)b::bytea[], %(created_ats)s::timestamptz[])
      AS u(id, tenant_id, type, priority, interval_s, next_fire_at, poll_count, poll_state, created_at);
 
 -- name: record_effects

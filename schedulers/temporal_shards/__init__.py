@@ -162,6 +162,7 @@ class TemporalShardsScheduler:
         self.q = Queries(HERE / "queries.sql", ctx.schema)
         self.pool = None
         self.client: Client | None = None
+        self.last_tick_at = 0.0  # set by run() while its worker runs
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
@@ -373,7 +374,15 @@ class TemporalShardsScheduler:
                 await self._ensure_controller()
             stop_task = asyncio.create_task(stop.wait())
             try:
-                await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                # The "tick" of this design is the worker polling its task queue: while the
+                # worker task runs, the loop is alive (health checks read last_tick_at).
+                while True:
+                    self.last_tick_at = time.time()
+                    done, _ = await asyncio.wait(
+                        {worker_task, stop_task}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if done:
+                        break
             finally:
                 stop_task.cancel()
             if worker_task.done():

@@ -29,7 +29,7 @@ RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
 -- name: state_insert
 -- Initial poll state for triggers the arm just created.
 INSERT INTO {schema}.trigger_state (id, state)
-SELECT * FROM unnest(%(ids)s::text[], %(states)s::bytea[])
+SELECT * FROM unnest(%(ids)s::text[], %(states)b::bytea[])
 ON CONFLICT (id) DO NOTHING;
 
 -- name: claim
@@ -90,7 +90,7 @@ RETURNING trigger_id;
 -- name: write_state
 -- Only for fires whose poll state changed.
 UPDATE {schema}.trigger_state s SET state = u.state
-FROM unnest(%(ids)s::text[], %(states)s::bytea[]) AS u(id, state)
+FROM unnest(%(ids)s::text[], %(states)b::bytea[]) AS u(id, state)
 WHERE s.id = u.id;
 
 -- name: commit_rows

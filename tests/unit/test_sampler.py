@@ -1,11 +1,9 @@
 """The sampler against a real Postgres table: counters as deltas, and the TOAST table beside it."""
 
 import asyncio
-import os
 import time
 
 import psycopg
-import pytest
 from psycopg import sql
 
 from metrics.recorder import FireRecorder

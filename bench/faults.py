@@ -1,0 +1,411 @@
+"""``bench run --fault SPEC``: inject faults into a run at fixed offsets and record when they happened.
+
+SPEC forms (offsets count from the run's start, ``arm_start``; durations as ``30s``, ``2m``, ``500ms``):
+
+``kill-worker@30s``
+    SIGKILL one worker mid-batch. With ``--nodes`` a node process is killed and, as an
+    orchestrator would, a replacement is started ``REPLACEMENT_DELAY_S`` later (if the node
+    runner offers ``restart_node``). In a single-process run the in-process worker is crashed
+    the way the interface defines a crash (``schedulers/base.py``): its ``run`` task is
+    cancelled, releasing nothing, and a replacement run loop with a new worker id starts
+    ``REPLACEMENT_DELAY_S`` later. The kill waits up to ``MID_BATCH_WAIT_S`` for a batch to be
+    in the processor's hands, so the crash loses work in flight.
+``pause-worker@30s:20s``
+    SIGSTOP a node process, SIGCONT it 20 s later (needs ``--nodes``: a coroutine in this
+    process cannot be paused without pausing the harness).
+``restart-postgres@60s``
+    Fast shutdown and restart of the embedded Postgres (refused when the run's DSN points at
+    any other server: the harness never restarts a server it does not own).
+``restart-temporal@60s``
+    The same for the embedded Temporal dev server (its SQLite file keeps the state).
+``hold-snapshot@10s:120s``
+    A separate session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ``, reads, and stays idle in
+    that transaction for the duration: its snapshot pins the xmin horizon, so vacuum cannot
+    remove the dead tuples the run keeps making (seeds/003: the doom loop's trigger).
+``slow-provider@30s:60s:5s``
+    Every provider poll takes 5 s for 60 s (the polling processor's latency, on its lanes).
+
+Each fault's planned offset, actual start and end, and what it did are written to
+``faults.json`` in the run directory as they happen; :func:`metrics.faults.fault_summary`
+turns them and ``fires.parquet`` into the summary's ``faults``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import signal
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.errors import UsageError
+
+FAULTS_FILE = "faults.json"
+REPLACEMENT_DELAY_S = 1.0  # a killed worker's replacement starts this long after the kill
+MID_BATCH_WAIT_S = 3.0  # a kill waits at most this long for a batch to be in flight
+
+ACCEPTED_FORMS = ("kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, restart-temporal@60s, "
+                  "hold-snapshot@10s:120s, slow-provider@30s:60s:5s")
+
+# kind -> names of the values after "@", in order
+KINDS: dict[str, tuple[str, ...]] = {
+    "kill-worker": ("at_s",),
+    "pause-worker": ("at_s", "duration_s"),
+    "restart-postgres": ("at_s",),
+    "restart-temporal": ("at_s",),
+    "hold-snapshot": ("at_s", "duration_s"),
+    "slow-provider": ("at_s", "duration_s", "latency_s"),
+}
+
+_SPEC = re.compile(r"^([a-z-]+)@(.+)$")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    text: str  # as given
+    kind: str
+    at_s: float  # offset from the run's start, seconds
+    duration_s: float | None = None
+    latency_s: float | None = None
+
+
+def parse(text: str) -> FaultSpec:
+    """One ``--fault`` value. Raises ValueError with a one-line message listing the accepted forms."""
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"bad --fault {text!r}: {why}; accepted forms: {ACCEPTED_FORMS}")
+
+    from loadgen.rates import parse_duration
+
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise bad("expected KIND@OFFSET[:DURATION[:LATENCY]]")
+    kind, rest = m.group(1), m.group(2)
+    if kind not in KINDS:
+        raise bad(f"unknown fault {kind!r}")
+    names = KINDS[kind]
+    parts = rest.split(":")
+    if len(parts) != len(names):
+        raise bad(f"{kind} takes {len(names)} value(s) after '@' ({', '.join(n[:-2] for n in names)}), got {len(parts)}")
+    values: dict[str, float] = {}
+    for name, raw in zip(names, parts):
+        try:
+            v = parse_duration(raw)
+        except ValueError:
+            raise bad(f"{name[:-2]} {raw!r} is not a duration") from None
+        if not math.isfinite(v) or (name != "at_s" and v <= 0):
+            raise bad(f"{name[:-2]} {raw!r} must be positive")
+        values[name] = v
+    return FaultSpec(text=text.strip(), kind=kind, **values)
+
+
+def parse_all(texts) -> list[FaultSpec]:
+    return [parse(t) for t in texts]
+
+
+# -- which servers the harness owns ------------------------------------------------------------
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
+
+
+def embedded_postgres(dsn: str | None):
+    """The embedded :class:`bench.stack.Postgres` that ``dsn`` points at, or None."""
+    from bench import stack
+
+    if not dsn:
+        return None
+    pg = stack.postgres()
+    host, port = stack.dsn_host_port(dsn)
+    if host in _LOOPBACK and port == str(pg.port()) and pg.running():
+        return pg
+    return None
+
+
+def embedded_temporal(address: str | None):
+    """The embedded :class:`bench.stack.TemporalDev` at ``address``, or None."""
+    from bench import stack
+
+    if not address:
+        return None
+    t = stack.temporal()
+    host, _, port = address.rpartition(":")
+    if host in _LOOPBACK and port == str(t.port()) and t.running():
+        return t
+    return None
+
+
+def check(specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | None, nodes: int | None) -> None:
+    """Refuse faults this run cannot inject (one line each, exit 2)."""
+    multi = bool(nodes) and int(nodes) > 0
+    for s in specs:
+        if s.kind == "pause-worker" and not multi:
+            raise UsageError(f"--fault {s.text}: an in-process worker cannot be paused; run with --nodes N "
+                             f"(separate node processes) to pause one")
+        if s.kind == "slow-provider" and multi:
+            raise UsageError(f"--fault {s.text}: the provider runs inside the node processes with --nodes; "
+                             f"slow-provider needs a single-process run (drop --nodes)")
+        if s.kind == "restart-postgres" and embedded_postgres(dsn) is None:
+            where = "this run uses no Postgres" if not dsn else "the DSN points at a server the harness did not start"
+            raise UsageError(f"--fault {s.text}: {where}; restart-postgres only restarts the embedded server "
+                             f"(drop --dsn / TIMERBENCH_DSN, or point it at the embedded one)")
+        if s.kind == "restart-temporal" and embedded_temporal(temporal_address) is None:
+            where = ("this scheduler uses no Temporal" if not temporal_address
+                     else f"{temporal_address} is not the embedded dev server")
+            raise UsageError(f"--fault {s.text}: {where}; restart-temporal only restarts the embedded dev server")
+        if s.kind == "hold-snapshot" and not dsn:
+            raise UsageError(f"--fault {s.text}: this run uses no Postgres, so there is no snapshot to hold")
+
+
+# -- injection -----------------------------------------------------------------------------------
+
+
+class FaultInjector:
+    """Fires the faults of one run at their offsets and records their spans.
+
+    ``run`` is the :class:`bench.run_cmd.Run` (its ``window``, ``processor``, ``run_dir``,
+    ``dsn``, ``temporal_address``, ``console`` and, with ``--nodes``, ``node_procs``).
+    """
+
+    def __init__(self, specs: list[FaultSpec], run, scheduler) -> None:
+        self.specs = specs
+        self.run = run
+        self.scheduler = scheduler
+        self.max_lag_s = float(scheduler.capabilities.max_lag_s)
+        self.spans: list[dict[str, Any]] = [
+            {**asdict(s), "planned_at": None, "start": None, "end": None, "fired": False, "note": ""} for s in specs
+        ]
+        self._inner: asyncio.Task | None = None
+        self._worker_no = 0
+        self.worker_id = "w0"
+        self._killing = False
+        self._replaced: asyncio.Event | None = None
+
+    # -- the in-process worker, under supervision ---------------------------------------------
+
+    async def supervise(self, processors, stop: asyncio.Event) -> None:
+        """Runs the scheduler's run loop; when a kill-worker fault cancels it (a crash), starts a
+        replacement with a new worker id. Returns or raises as the run loop does otherwise."""
+        try:
+            while True:
+                self.worker_id = f"w{self._worker_no}"
+                self._inner = asyncio.create_task(self.scheduler.run(processors, stop, worker_id=self.worker_id))
+                if self._replaced is not None:
+                    self._replaced.set()
+                await asyncio.wait({self._inner})
+                if not (self._killing and self._inner.cancelled()):
+                    return self._inner.result()
+                self._killing = False
+                if not stop.is_set():
+                    await asyncio.sleep(REPLACEMENT_DELAY_S)  # the orchestrator notices and restarts
+                if stop.is_set():
+                    return None
+                self._worker_no += 1
+        except asyncio.CancelledError:
+            if self._inner is not None:
+                self._inner.cancel()
+                await asyncio.wait({self._inner})
+            raise
+
+    # -- the schedule ---------------------------------------------------------------------------
+
+    def write(self) -> None:
+        from metrics.rundir import write_json
+
+        write_json(self.run.run_dir / FAULTS_FILE, {
+            "max_lag_s": self.max_lag_s,
+            "arm_start": self.run.window["arm_start"],
+            "faults": self.spans,
+        })
+
+    async def loop(self, done: asyncio.Event) -> None:
+        """Start each fault at ``arm_start + at_s``; ends when every started fault has ended."""
+        arm_start = self.run.window["arm_start"]
+        for span in self.spans:
+            span["planned_at"] = arm_start + span["at_s"]
+        self.write()
+        tasks = [asyncio.create_task(self._one(span, done)) for span in self.spans]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.write()
+
+    async def _one(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        try:
+            await asyncio.wait_for(done.wait(), max(0.0, span["planned_at"] - time.time()))
+        except (TimeoutError, asyncio.TimeoutError):
+            pass
+        if done.is_set() or time.time() > self.run.window["measure_end"]:
+            span["note"] = "not fired: the run had ended before its offset"
+            self.write()
+            return
+        kind = span["kind"]
+        try:
+            await getattr(self, "_" + kind.replace("-", "_"))(span, done)
+        except Exception as exc:  # a fault that fails to inject is reported, not a crash of the run
+            span["note"] = (span["note"] + "; " if span["note"] else "") + f"failed: {type(exc).__name__}: {exc}"
+            if span["start"] is not None and span["end"] is None:
+                span["end"] = time.time()
+        self.run.console.print(f"fault {span['text']}: {span['note'] or 'done'}")
+        self.write()
+
+    def _begin(self, span: dict[str, Any]) -> None:
+        span["start"] = time.time()
+        span["fired"] = True
+        self.write()
+        self.run.console.print(f"fault {span['text']}: starting")
+
+    @staticmethod
+    async def _sleep_unless(done: asyncio.Event, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(done.wait(), seconds)
+        except (TimeoutError, asyncio.TimeoutError):
+            pass
+
+    # -- the faults -------------------------------------------------------------------------------
+
+    def _nodes(self) -> list[tuple[str, int]]:
+        """(worker id, pid) of the node processes of a ``--nodes`` run, alive ones only."""
+        procs = getattr(self.run, "node_procs", None)
+        if not procs:
+            return []
+        items = procs.items() if isinstance(procs, dict) else ((getattr(p, "worker_id", str(i)), p) for i, p in enumerate(procs))
+        out = []
+        for wid, p in items:
+            proc = getattr(p, "proc", p)
+            pid = getattr(proc, "pid", None)
+            alive = getattr(proc, "returncode", None) is None
+            if pid and alive:
+                out.append((str(wid), int(pid)))
+        return out
+
+    async def _kill_worker(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        nodes = self._nodes()
+        if nodes:
+            wid, pid = nodes[0]
+            self._begin(span)
+            os.kill(pid, signal.SIGKILL)
+            span["worker"] = wid
+            await self._sleep_unless(done, REPLACEMENT_DELAY_S)
+            restart = getattr(self.run, "restart_node", None)
+            if restart is not None and not done.is_set():
+                res = restart(wid)
+                if asyncio.iscoroutine(res):
+                    res = await res
+                span["replacement"] = str(res) if res is not None else wid
+                span["note"] = f"SIGKILL node {wid} (pid {pid}); replacement started after {REPLACEMENT_DELAY_S:g} s"
+            else:
+                span["note"] = f"SIGKILL node {wid} (pid {pid}); no replacement started"
+            span["end"] = time.time()
+            return
+        if self._inner is None:
+            raise RuntimeError("no worker to kill")
+        # mid-batch: wait (briefly) until the processor has polls in flight
+        deadline = time.time() + MID_BATCH_WAIT_S
+        processor = self.run.processor
+        while time.time() < deadline and not (len(processor.lanes) and float(processor.lanes.max()) > time.time()):
+            await asyncio.sleep(0.005)
+        mid_batch = bool(len(processor.lanes) and float(processor.lanes.max()) > time.time())
+        victim = self.worker_id
+        self._replaced = asyncio.Event()
+        self._killing = True
+        self._begin(span)
+        self._inner.cancel()  # a crash: the backend releases nothing, its heartbeats stop
+        span["worker"] = victim
+        span["mid_batch"] = mid_batch
+        waiter = asyncio.ensure_future(self._replaced.wait())
+        await asyncio.wait({waiter, asyncio.ensure_future(done.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        span["end"] = time.time()
+        if self._replaced.is_set():
+            span["replacement"] = self.worker_id
+            span["note"] = (f"crashed in-process worker {victim} ({'mid-batch' if mid_batch else 'no batch in flight'}: "
+                            f"run task cancelled, nothing released); replacement {self.worker_id} after "
+                            f"{REPLACEMENT_DELAY_S:g} s")
+        else:
+            span["note"] = f"crashed in-process worker {victim}; the run ended before a replacement started"
+
+    async def _pause_worker(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        nodes = self._nodes()
+        if not nodes:
+            raise RuntimeError("no node process to pause (needs --nodes)")
+        wid, pid = nodes[0]
+        self._begin(span)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await self._sleep_unless(done, span["duration_s"])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        span["end"] = time.time()
+        span["worker"] = wid
+        span["note"] = f"SIGSTOP node {wid} (pid {pid}), SIGCONT after {span['end'] - span['start']:.1f} s"
+
+    async def _restart_postgres(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        pg = embedded_postgres(self.run.dsn)
+        if pg is None:
+            raise RuntimeError("the embedded Postgres is not running")
+        self._begin(span)
+        await asyncio.to_thread(pg.restart)  # pg_ctl -m fast stop, then start on the same port
+        span["end"] = time.time()
+        span["note"] = f"fast shutdown + restart of the embedded Postgres ({span['end'] - span['start']:.1f} s down)"
+
+    async def _restart_temporal(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        t = embedded_temporal(self.run.temporal_address)
+        if t is None:
+            raise RuntimeError("the embedded Temporal dev server is not running")
+        self._begin(span)
+        await asyncio.to_thread(t.restart)  # SIGTERM, then start on the same port and SQLite file
+        span["end"] = time.time()
+        span["note"] = f"restart of the embedded Temporal dev server ({span['end'] - span['start']:.1f} s until ready)"
+
+    async def _hold_snapshot(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(self.run.dsn, autocommit=True,
+                                                     application_name="timerbench-fault-hold-snapshot")
+        try:
+            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            # the first statement takes the snapshot; from here its xmin pins the horizon
+            cur = await conn.execute("SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            xmin = (await cur.fetchone())[0]
+            self._begin(span)
+            span["xmin"] = xmin
+            await self._sleep_unless(done, span["duration_s"])
+            try:
+                await conn.execute("COMMIT")
+            finally:
+                span["end"] = time.time()
+            span["note"] = f"held a REPEATABLE READ snapshot (xmin {xmin}) idle for {span['end'] - span['start']:.1f} s"
+        finally:
+            await conn.close()
+
+    async def _slow_provider(self, span: dict[str, Any], done: asyncio.Event) -> None:
+        p = self.run.processor
+        saved = (p.lat_mu, p.lat_sigma)
+        self._begin(span)
+        # every poll now draws exactly latency_s; polls still queue on the poller lanes
+        p.lat_mu, p.lat_sigma = math.log(span["latency_s"]), 0.0
+        try:
+            await self._sleep_unless(done, span["duration_s"])
+        finally:
+            p.lat_mu, p.lat_sigma = saved
+            span["end"] = time.time()
+        span["note"] = f"provider latency {span['latency_s']:g} s for {span['end'] - span['start']:.1f} s"
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """One printable line per fault of a summary."""
+    out = []
+    for f in summary.get("faults") or []:
+        if not f.get("fired"):
+            out.append(f"fault {f['spec']}: not fired ({f.get('note') or '-'})")
+            continue
+        rec = f.get("time_to_recover_s")
+        peak = f.get("lag_peak_ms")
+        out.append(
+            f"fault {f['spec']} at {f['start_s']:.1f}-{f['end_s']:.1f} s: missed {f['missed']}, duplicate fires "
+            f"{f['duplicate_fires']}, duplicate effects {f['duplicate_effects']}, "
+            f"recovered {'never' if rec is None else f'{rec:.1f} s after it ended'}, "
+            f"lag peak {'-' if peak is None else f'{peak:,.0f} ms'}"
+        )
+    return out

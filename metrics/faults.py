@@ -1,0 +1,136 @@
+"""Fault figures for the summary: what each injected fault cost, from ``fires.parquet`` and the
+spans ``bench run --fault`` recorded in ``faults.json`` (see :mod:`bench.faults`).
+
+Every figure of a fault is about the fires **due** in its window -- from ``max_lag_s`` before
+its start until ``max_lag_s`` before the next fault that starts after it has ended (or the end
+of the run) -- because a fire is hurt by what happens between its due time and its delivery: a
+batch lost in a crash at 30 s is redelivered (late, and twice) long after, but it belongs to the
+crash. Overlapping faults (a snapshot held across a restart) share fires and say so in
+``overlaps``. "Due" is ``max(due_at, armed_at)``, where the lag clock starts.
+
+``missed``
+    fires due in the window that never came (rows of ``fires.parquet`` with a null
+    ``fired_at``). Must be 0 once the backend has recovered.
+``duplicate_fires`` / ``duplicate_effects``
+    second and later deliveries (committed effects) of a ``(timer_id, due_at)`` key due in the
+    window.
+``lag_peak_ms``
+    the largest lag of a fire due in the window.
+``time_to_recover_s``
+    seconds from the fault's end until the delivery of the last fire due in the window whose
+    lag exceeded the scheduler's declared ``capabilities.max_lag_s`` (0 when none did, or when
+    they had all arrived by the time the fault ended); None when no fire at all was delivered
+    within the bound after it (lag never came back under the bound within the run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FAULTS_FILE = "faults.json"  # written by bench.faults (same name; metrics does not import bench)
+
+
+def read_faults(run_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(run_dir) / FAULTS_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def fault_spans(run_dir: str | Path) -> list[tuple[str, float, float]]:
+    """(spec, start, end) in epoch seconds of every fault that fired, for plots."""
+    data = read_faults(run_dir) or {}
+    return [(f["text"], float(f["start"]), float(f["end"] if f.get("end") is not None else f["start"]))
+            for f in data.get("faults", []) if f.get("start") is not None]
+
+
+def _later_dups(keys: np.ndarray, fired_at: np.ndarray) -> np.ndarray:
+    """True for every row that is not the first (by fired_at) of its key."""
+    out = np.zeros(len(keys), bool)
+    if len(keys) == 0:
+        return out
+    order = np.lexsort((fired_at, keys))
+    k = keys[order]
+    later = np.r_[False, k[1:] == k[:-1]]
+    out[order] = later
+    return out
+
+
+def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
+    """The summary's ``faults`` (None for a run without ``--fault``)."""
+    from metrics.rundir import _keys_us, read_fires
+
+    data = read_faults(run_dir)
+    if data is None:
+        return None
+    bound_s = float(data["max_lag_s"])
+    arm_start = float(data.get("arm_start") or 0.0)
+    fires = read_fires(run_dir)
+    n = len(fires)
+    fired_at = fires.column("fired_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
+    lag_s = fires.column("lag_s").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
+    due = fires.column("due_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
+    ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object) if n else np.array([], dtype=object)
+    effect = fires.column("effect_delivered").to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, bool)
+    armed = fires.column("armed_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
+    due_eff = np.fmax(due, armed)  # where the lag clock starts
+    got = ~np.isnan(fired_at)
+    keys = _keys_us(ids, due) if n else np.array([], dtype=str)
+    dup_fire = np.zeros(n, bool)
+    dup_fire[got] = _later_dups(keys[got], fired_at[got])
+    dup_effect = np.zeros(n, bool)
+    dup_effect[effect] = _later_dups(keys[effect], fired_at[effect])
+
+    fired = [f for f in data.get("faults", []) if f.get("start") is not None]
+
+    def end_of(g: dict[str, Any]) -> float:
+        return float(g["end"]) if g.get("end") is not None else float(g["start"])
+
+    out: list[dict[str, Any]] = []
+    for f in data.get("faults", []):
+        row: dict[str, Any] = {"spec": f["text"], "kind": f["kind"], "fired": f.get("start") is not None,
+                               "note": f.get("note", "")}
+        if not row["fired"]:
+            out.append(row)
+            continue
+        start, end = float(f["start"]), end_of(f)
+        nxt = [float(g["start"]) for g in fired if g is not f and float(g["start"]) >= end]
+        lo = start - bound_s
+        hi = (min(nxt) - bound_s) if nxt else float("inf")
+        overlaps = [g["text"] for g in fired if g is not f and float(g["start"]) < end and end_of(g) > start]
+        due_in = (due_eff >= lo) & (due_eff < hi)
+        got_w = got & due_in
+        late = got_w & (lag_s > bound_s)
+        if late.any():
+            last_late = float(fired_at[late].max())
+            # recovered: the run went on delivering within the bound after it
+            recovered = bool((got & (fired_at > last_late) & (lag_s <= bound_s)).any())
+            ttr = max(0.0, last_late - end) if recovered else None
+        else:
+            ttr = 0.0
+        lag_w = lag_s[got_w]
+        row.update({
+            "start": start,
+            "end": end,
+            "start_s": start - arm_start,
+            "end_s": end - arm_start,
+            "due_window_s": [lo - arm_start, (hi - arm_start) if np.isfinite(hi) else None],
+            "fires": int(got_w.sum()),
+            "missed": int((~got & due_in).sum()),
+            "duplicate_fires": int((dup_fire & due_in).sum()),
+            "duplicate_effects": int((dup_effect & due_in).sum()),
+            "lag_bound_s": bound_s,
+            "late_fires": int(late.sum()),
+            "time_to_recover_s": ttr,
+            "lag_peak_ms": float(lag_w.max() * 1000.0) if len(lag_w) else None,
+            "overlaps": overlaps,
+        })
+        for extra in ("worker", "replacement", "mid_batch", "xmin"):
+            if extra in f:
+                row[extra] = f[extra]
+        out.append(row)
+    return out
