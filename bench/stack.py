@@ -488,23 +488,21 @@ class TemporalDev:
 
 
 def _namespace_ready(address: str) -> bool:
-    """True once the dev server answers for the default namespace."""
-    import asyncio
+    """True once the dev server answers for the default namespace.
 
-    async def probe() -> bool:
-        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-        from temporalio.client import Client
-
-        client = await asyncio.wait_for(Client.connect(address), 3)
-        await asyncio.wait_for(
-            client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default")), 3
-        )
-        return True
-
+    Asked through the temporal CLI rather than the Python SDK: an SDK client made in a short
+    ``asyncio.run`` leaves its Rust runtime threads to interpreter shutdown, which can abort
+    the process at exit.
+    """
     try:
-        return asyncio.run(probe())
-    except Exception:
+        res = subprocess.run(
+            [str(temporal_binary()), "operator", "namespace", "describe", "--namespace", "default",
+             "--address", address, "-o", "json"],
+            capture_output=True, timeout=5,
+        )
+    except (subprocess.TimeoutExpired, OSError):
         return False
+    return res.returncode == 0
 
 
 def temporal_version() -> str:
