@@ -106,9 +106,13 @@ def test_pg_leased_loses_nothing_when_its_worker_is_killed_and_postgres_restarts
 
 
 def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(tmp_path, private_stack):
+    # Faults 8 s apart: a killed batch comes back after the 3 s heartbeat timeout plus a retry,
+    # and its recovery must finish before the next fault's window opens (3 s apart was flaky on
+    # a loaded 2-core machine: recovery measured 9.2 s there).
     run_dir, s = run_with_faults(tmp_path, private_stack, "temporal_shards", "--opt", "max_lag_s=1",
                                  "--opt", "lease_s=3", "--fault", "kill-worker@4s",
-                                 "--fault", "restart-postgres@7s", "--fault", "restart-temporal@10s")
+                                 "--fault", "restart-postgres@12s", "--fault", "restart-temporal@20s",
+                                 "--duration", "26s")
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres", "restart-temporal"})
     assert_crash_was_redelivered(run_dir, s)
 
