@@ -11,18 +11,10 @@ import psycopg
 from psycopg import sql
 
 from schedulers.base import Timer
+from tests.conformance.promises import wait_until as _wait_for
 from tests.pg_queue.conftest import PollingProcessor, due_scan_buffers, make_scheduler, settled_stats, table_stats
 
 STATE_BYTES = 4096  # seeds/003: encrypted poll state, TOASTed
-
-
-async def _wait_for(predicate, timeout_s: float, poll_s: float = 0.1) -> bool:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(poll_s)
-    return predicate()
 
 
 def _population(n: int, first_within_s: float, interval_s: tuple[float, float], seed: int = 3):

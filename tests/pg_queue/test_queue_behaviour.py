@@ -12,15 +12,7 @@ import psycopg
 
 from schedulers.base import Fire, Outcome, Timer, us
 from tests.pg_queue.conftest import make_scheduler
-
-
-async def _wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(poll_s)
-    return predicate()
+from tests.conformance.promises import wait_until as _wait_for
 
 
 @dataclass
