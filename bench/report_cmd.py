@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from bench.errors import BenchError, UsageError
+from bench.stack import redact_argv
 
 
 def _write(run_args: list[str], output: Path | None, markdown: Path | None, baseline: str | None, failures=None):
@@ -66,12 +67,6 @@ def _default_schedulers(choice: str | None) -> list[str]:
             f"choose from: {', '.join(names)} (comma-separated) or 'all'"
         )
     return list(dict.fromkeys(chosen))
-
-
-def _redact(dsn: str) -> str:
-    from bench.stack import redact_dsn
-
-    return redact_dsn(dsn)
 
 
 def _run_dirs(out: Path) -> set[Path]:
@@ -131,7 +126,7 @@ def compare(ctx: click.Context, schedulers_opt: str | None, workload: str | None
     for i, name in enumerate(names, 1):
         cmd = [sys.executable, "-m", "bench.cli", "run", "--scheduler", name, "--out", str(out_dir), *passthrough]
         # The command as shown (terminal, report): the DSN without its password.
-        shown = ["bench", *(_redact(a) if j and cmd[3:][j - 1] == "--dsn" else a for j, a in enumerate(cmd[3:]))]
+        shown = ["bench", *redact_argv(cmd[3:])]
         click.echo(f"== [{i}/{len(names)}] {' '.join(shown)}", err=True)
         before = _run_dirs(out_dir)
         tail: deque[str] = deque(maxlen=40)

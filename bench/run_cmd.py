@@ -226,7 +226,7 @@ class Run:
             "dsn": stack.redact_dsn(self.dsn) if self.dsn else None,
             "temporal_address": self.temporal_address,
             "started_at": self.started_at,
-            "argv": self.argv,
+            "argv": stack.redact_argv(self.argv),  # no password or token in the run directory
             "schema": self.schema,
             "window": self.window,
         }

@@ -113,6 +113,27 @@ def redact_dsn(dsn: str) -> str:
     return " ".join(p for p in dsn.split() if not p.lower().startswith("password="))
 
 
+SECRET_OPTIONS = ("--dsn", "--token")
+
+
+def redact_argv(args: list[str]) -> list[str]:
+    """Command-line arguments safe to record or print: DSNs without their password, tokens hidden
+    (both ``--dsn X`` and ``--dsn=X`` forms)."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        prev = args[i - 1] if i else ""
+        if prev == "--dsn":
+            a = redact_dsn(a)
+        elif prev == "--token":
+            a = "***"
+        elif a.startswith("--dsn="):
+            a = "--dsn=" + redact_dsn(a[len("--dsn="):])
+        elif a.startswith("--token="):
+            a = "--token=***"
+        out.append(a)
+    return out
+
+
 def dsn_host_port(dsn: str) -> tuple[str, str]:
     from psycopg.conninfo import conninfo_to_dict
 

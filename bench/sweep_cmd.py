@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from bench.errors import BenchError, UsageError
-from bench.report_cmd import RUN_DIR_LINE, _default_schedulers, _new_run_dir, _redact, _run_dirs
+from bench.report_cmd import RUN_DIR_LINE, _default_schedulers, _new_run_dir, _run_dirs
 
 SWEEP_JSON = "sweep.json"
 RATE_HELD_SHARE = 0.95  # as metrics.rundir.RATE_HELD_SHARE: achieved below 95% of target is not held
@@ -419,7 +419,9 @@ def _declared_max_lag_s(name: str, run_dir: Path | None) -> float | None:
 
 def _shown(args: list[str]) -> list[str]:
     """Arguments as shown (terminal, sweep.json): a DSN without its password."""
-    return [_redact(a) if i and args[i - 1] == "--dsn" else a for i, a in enumerate(args)]
+    from bench.stack import redact_argv
+
+    return redact_argv(args)
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:

@@ -30,3 +30,13 @@ def test_interval_range():
     assert parse_interval_range("90s") == (90.0, 90.0)
     with pytest.raises(ValueError):
         parse_interval_range("120s..60s")
+
+
+def test_recorded_argv_hides_passwords_and_tokens():
+    from bench.stack import redact_argv
+
+    argv = ["bench", "run", "--dsn", "postgresql://u:s3cret@db:5432/x", "--token", "t0k", "--dsn=postgresql://u:s3cret@h/x",
+            "--token=t0k", "--rate", "556/s"]
+    shown = " ".join(redact_argv(argv))
+    assert "s3cret" not in shown and "t0k" not in shown
+    assert "postgresql://u@db:5432/x" in shown and "556/s" in shown
