@@ -23,7 +23,7 @@ run: install
 
 # The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
 test: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE tests
 
 stack-down:
 	-$(BIN)/bench env down

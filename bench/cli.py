@@ -2,8 +2,9 @@
 
 Subcommands live in their own modules and are loaded on first use (``LAZY_COMMANDS``), so
 ``bench --help`` stays fast and a missing optional piece never breaks the others.
-Every failure a person can act on is a :class:`BenchError`: one line, exit 2 for bad usage,
-no traceback unless ``--debug``.
+Every failure a person can act on is a :class:`harness.errors.BenchError` (or a
+:class:`reports.errors.ReportError`): one line, exit 2 for bad usage, no traceback unless ``--debug``.
+The commands only parse options, call the engine (``harness/``) and print.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import sys
 
 import click
 
-from bench.errors import BenchError, UsageError
+from harness.errors import BenchError
+from reports.errors import ReportError
 
 # name -> "module:attribute" of a click command
 LAZY_COMMANDS: dict[str, str] = {
     "migrate": "bench.migrate_cmd:migrate",
-    "env": "bench.cli:env",
+    "env": "bench.env_cmd:env",
     "schedulers": "bench.cli:schedulers_cmd",
     "run": "bench.run_cmd:run",
     "report": "bench.report_cmd:report",
-    "compare": "bench.report_cmd:compare",
+    "compare": "bench.compare_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",
     "serve": "bench.serve_cmd:serve",
 }
@@ -50,88 +52,6 @@ def cli(debug: bool) -> None:
         os.environ["TIMERBENCH_DEBUG"] = "1"
 
 
-def stack_options(f):
-    """``--dsn`` and ``--temporal-address``: use existing servers instead of the embedded ones."""
-    f = click.option(
-        "--temporal-address",
-        envvar="TIMERBENCH_TEMPORAL",
-        default=None,
-        help="host:port of a Temporal frontend (default: the embedded dev server).",
-    )(f)
-    f = click.option(
-        "--dsn",
-        envvar="TIMERBENCH_DSN",
-        default=None,
-        help="Postgres connection string (default: the embedded server).",
-    )(f)
-    return f
-
-
-def resolve_servers(classes, dsn: str | None, temporal_address: str | None) -> tuple[str | None, str | None]:
-    """The DSN and Temporal address the given scheduler classes need: the ones the user gave
-    (a wrong one is a usage error, exit 2) or the embedded servers, started on demand."""
-    from bench import stack
-
-    need_pg = any(getattr(c, "needs_postgres", False) for c in classes) or dsn is not None
-    need_temporal = any(getattr(c, "needs_temporal", False) for c in classes)
-    if not (need_pg or need_temporal):
-        return None, None
-    try:
-        s = stack.resolve(dsn, temporal_address, need_temporal, say=lambda m: click.echo(f"note: {m}", err=True))
-    except BenchError as exc:
-        if dsn is not None or temporal_address is not None:
-            raise UsageError(str(exc)) from None  # the address the user gave is wrong
-        raise
-    return (s.dsn if need_pg else None), (s.temporal_address if need_temporal else None)
-
-
-def scheduler_options(cls, pairs) -> dict:
-    """A scheduler's defaults with ``--opt key=value`` pairs applied; bad pairs exit 2."""
-    from schedulers.base import OptionSpec
-
-    try:
-        return {**cls.default_options, **OptionSpec(dict(cls.default_options)).parse(pairs)}
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-@cli.group()
-def env() -> None:
-    """The embedded stack: a private Postgres and a Temporal dev server on loopback."""
-
-
-@env.command("up")
-@click.option("--no-temporal", is_flag=True, help="Start only Postgres.")
-def env_up(no_temporal: bool) -> None:
-    """Start the embedded Postgres and Temporal (harmless if already up)."""
-    from bench import stack
-
-    s = stack.up(with_temporal=not no_temporal, say=lambda m: click.echo(f"note: {m}"))
-    click.echo(f"postgres  {stack.redact_dsn(s.dsn)}")
-    if s.temporal_address:
-        click.echo(f"temporal  {s.temporal_address}")
-
-
-@env.command("down")
-def env_down() -> None:
-    """Stop the embedded servers; leaves no process behind."""
-    from bench import stack
-
-    stack.down()
-    click.echo("stopped")
-
-
-@env.command("status")
-def env_status() -> None:
-    """Print the DSN (no password) and the Temporal address, and whether each is running."""
-    from bench import stack
-
-    pg = stack.postgres()
-    tp = stack.temporal()
-    click.echo(f"postgres  {pg.dsn()}  {'running' if pg.running() else 'stopped'}  (data: {pg.data})")
-    click.echo(f"temporal  {tp.address()}  {'running' if tp.running() else 'stopped'}  (db: {tp.db})")
-
-
 @click.command("schedulers")
 def schedulers_cmd() -> None:
     """List the registered schedulers."""
@@ -153,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         msg = exc.format_message()
         click.echo(f"error: {msg}", err=True)
         sys.exit(exc.exit_code)
-    except BenchError as exc:
+    except (BenchError, ReportError) as exc:
         if debug:
             raise
         click.echo(f"error: {exc}", err=True)

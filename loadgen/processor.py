@@ -200,3 +200,39 @@ class PollingProcessor:
                 "warmup": pa.array(due < measure_start),
             }
         )
+
+
+# -- progress shared between processes (bench run --nodes) --------------------------------------
+
+# The per-trigger bookkeeping a node sends (``/progress``) and leaves at its stop (``state-<W>.npz``)
+PROGRESS_FIELDS = ("armed_due", "armed_at", "received_due")
+
+
+def progress_snapshot(processor: PollingProcessor) -> dict[str, np.ndarray]:
+    return {name: getattr(processor, name) for name in PROGRESS_FIELDS}
+
+
+def merge_state(processor, snap: dict[str, np.ndarray]) -> None:
+    """Merge one node's ``armed_due/armed_at/received_due`` into ``processor``, in place.
+
+    The latest arm of a trigger wins (its ``armed_at`` is the largest: initial arms happen in
+    the run process, re-arms in whichever node polled last). A trigger counts as received when
+    any node received exactly its latest armed fire time. Idempotent, so snapshots can be merged
+    again and again.
+    """
+    a_due, a_at, r_due = processor.armed_due, processor.armed_at, processor.received_due
+    s_due, s_at, s_recv = snap["armed_due"], snap["armed_at"], snap["received_due"]
+    if len(s_due) != len(a_due):
+        raise ValueError(f"a node's population has {len(s_due)} triggers, the run's {len(a_due)}: "
+                         f"they did not build the same workload")
+    with np.errstate(invalid="ignore"):
+        newer = np.isnan(a_at) | (s_at > a_at)
+        newer &= ~np.isnan(s_at)
+        a_due[newer] = s_due[newer]
+        a_at[newer] = s_at[newer]
+        got = np.abs(s_recv - a_due) < 2e-6
+        r_due[got] = a_due[got]
+        # keep the latest receipt otherwise, as the processor itself would
+        later = ~got & ~np.isnan(s_recv) & (np.isnan(r_due) | (s_recv > r_due))
+        r_due[later] = s_recv[later]
+

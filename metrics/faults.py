@@ -1,5 +1,5 @@
 """Fault figures for the summary: what each injected fault cost, from ``fires.parquet`` and the
-spans ``bench run --fault`` recorded in ``faults.json`` (see :mod:`bench.faults`).
+spans ``bench run --fault`` recorded in ``faults.json`` (see :mod:`harness.faults`).
 
 Every figure of a fault is about the fires **due** in its window -- from ``max_lag_s`` before
 its start until ``max_lag_s`` before the next fault that starts after it has ended (or the end
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-FAULTS_FILE = "faults.json"  # written by bench.faults (same name; metrics does not import bench)
+from metrics.rundir import FAULTS as FAULTS_FILE
 
 
 def read_faults(run_dir: str | Path) -> dict[str, Any] | None:

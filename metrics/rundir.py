@@ -24,6 +24,9 @@
     ``schema.table`` or its TOAST table ``schema.table#toast``.
 ``summary.json``
     :func:`compute_summary` of the three files above.
+``faults.json`` (``--fault``), ``migration.json`` (``bench migrate dry-run``), ``locust_*`` (``--arm-load``)
+    and ``nodes/`` (``--nodes``: what each node recorded, see :mod:`metrics.parts`); a sweep
+    directory holds ``sweep.json`` beside its runs. Every name is a constant or a function below.
 
 Windows: performance figures (rate, lag, per-fire writes, HOT ratio) cover the measured window
 only; correctness figures (missed, duplicate fires, duplicate effects) cover the whole run,
@@ -45,10 +48,60 @@ import pyarrow.parquet as pq
 
 from metrics.hdr import new_histogram, percentiles_ms, record_many
 
+# Every file of a run directory, named once (writers, readers, reports and tests use these).
 CONFIG = "config.json"
 FIRES = "fires.parquet"
 SAMPLES = "samples.parquet"
 SUMMARY = "summary.json"
+FAULTS = "faults.json"  # --fault: planned and actual spans (harness.faults writes, metrics.faults reads)
+MIGRATION = "migration.json"  # bench migrate dry-run: comparison and verdict
+SWEEP = "sweep.json"  # bench sweep: in the sweep directory, beside its runs
+LOCUST_SUMMARY = "locust_summary.json"  # --arm-load: locust's exact totals, written at its exit
+LOCUST_CSV_PREFIX = "locust"  # --arm-load: locust's --csv prefix (locust_stats.csv, ...)
+LOCUST_LOG = "locust.log"
+NODES_DIR = "nodes"  # --nodes: what each `bench serve --record` node wrote, by worker id
+
+
+def node_workload(nodes_dir: Path) -> Path:
+    """The resolved workload every node rebuilds the run's population from."""
+    return nodes_dir / "workload.yaml"
+
+
+def node_log(nodes_dir: Path, worker: str) -> Path:
+    return nodes_dir / f"node-{worker}.log"
+
+
+def node_meta(nodes_dir: Path, worker: str) -> Path:
+    """Worker id, pid, start and stop, counters; written at a node's graceful stop."""
+    return nodes_dir / f"node-{worker}.json"
+
+
+def node_state(nodes_dir: Path, worker: str) -> Path:
+    """The node's polling-processor bookkeeping (armed and received fire times) at its stop."""
+    return nodes_dir / f"state-{worker}.npz"
+
+
+def node_holds(nodes_dir: Path, worker: str) -> Path:
+    """When the node held each fire (received, committed), for the double-hold check."""
+    return nodes_dir / f"holds-{worker}.parquet"
+
+
+def node_fires_part(nodes_dir: Path, worker: str, seq: int) -> Path:
+    """One complete part of a node's fire log (written whole, so a killed node keeps it)."""
+    return nodes_dir / f"fires-{worker}.{seq:05d}.parquet"
+
+
+def node_fires_parts(nodes_dir: Path) -> dict[str, list[Path]]:
+    """Every node's fire-log parts, by worker id, in order."""
+    out: dict[str, list[Path]] = {}
+    for p in sorted(nodes_dir.glob("fires-*.*.parquet")):
+        out.setdefault(p.name[len("fires-"):].split(".")[0], []).append(p)
+    return out
+
+
+def node_late(nodes_dir: Path, worker: str) -> Path:
+    """Rows (numbered across the node's parts) whose effect was committed after they were written."""
+    return nodes_dir / f"late-{worker}.npy"
 
 FIRES_SCHEMA = pa.schema(
     [

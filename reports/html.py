@@ -12,7 +12,7 @@ from typing import Callable
 
 from reports.load import Run
 from reports.plots import scheduler_colour
-from reports.report import Report
+from reports.model import Report
 from reports.sweep import section_sweep_html
 from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
 

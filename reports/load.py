@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.errors import UsageError
+from reports.errors import ReportError
 from metrics import rundir
 from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
 
@@ -107,7 +107,7 @@ class Run:
 
 
 def _is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any((path / f).exists() for f in ("summary.json", "config.json"))
+    return path.is_dir() and any((path / f).exists() for f in (rundir.SUMMARY, rundir.CONFIG))
 
 
 def expand_run_paths(args: list[str] | tuple[str, ...]) -> list[Path]:
@@ -127,7 +127,7 @@ def expand_run_paths(args: list[str] | tuple[str, ...]) -> list[Path]:
             elif p.is_dir():
                 found.extend(sorted(c for c in p.iterdir() if _is_run_dir(c)))
         if not found:
-            raise UsageError(
+            raise ReportError(
                 f"no run directory at {arg!r}; give run directories (holding summary.json), "
                 "a directory of runs such as runs/, or a glob such as 'runs/*-pg_*'"
             )
@@ -168,8 +168,8 @@ def read_run(path: Path) -> Run:
     fires = _read(rundir.FIRES, lambda p: rundir.read_fires(p).to_pandas(), path, problems, pd.DataFrame())
     samples = _read(rundir.SAMPLES, lambda p: rundir.read_samples(p).to_pandas(), path, problems, pd.DataFrame())
     migration = None
-    if (path / "migration.json").exists():
-        migration = _read("migration.json", lambda p: json.loads((p / "migration.json").read_text()), path, problems, None)
+    if (path / rundir.MIGRATION).exists():
+        migration = _read(rundir.MIGRATION, lambda p: json.loads((p / rundir.MIGRATION).read_text()), path, problems, None)
     return Run(path=path, config=config, summary=summary, fires=fires, samples=samples,
                migration=migration, problems=problems)
 
@@ -211,4 +211,4 @@ def pick_baseline(runs: list[Run], baseline: str | None) -> int:
     if len(matches) == 1:
         return matches[0]
     choices = ", ".join(r.label for r in runs)
-    raise UsageError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")
+    raise ReportError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from reports.report import Report
+from reports.model import Report
 from reports.sweep import section_sweep_markdown
 from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
 

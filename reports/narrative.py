@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from reports.load import Run
 from reports.plots import figure_number
-from reports.tables import RATE_HELD_FRACTION, SummaryTable, _num, human_bytes, rate_held, rate_share
+from reports import fmt
+from reports.tables import RATE_HELD_FRACTION, SummaryTable, rate_held, rate_share
 
 
 @dataclass
@@ -23,10 +24,6 @@ def _t1(*rows: str) -> str:
 
 def _fig(key: str) -> str:
     return f"Figure {figure_number(key)}"
-
-
-def _ms(v: float) -> str:
-    return f"{_num(v)} ms"
 
 
 def dead_tuple_growth(run: Run, toast: bool = False) -> tuple[float, float, float, float] | None:
@@ -69,24 +66,24 @@ def sentences(table: SummaryTable) -> list[Sentence]:
         share = rate_share(r)
         if share is not None and share < RATE_HELD_FRACTION:
             out.append(Sentence(
-                f"{r.label} did not hold its target rate: {_num(r.summary['achieved_rate'])} of "
-                f"{_num(r.summary['target_rate'])} fires/s ({share * 100:.1f}%).",
+                f"{r.label} did not hold its target rate: {fmt.num(r.summary['achieved_rate'])} of "
+                f"{fmt.num(r.summary['target_rate'])} fires/s ({share * 100:.1f}%).",
                 _t1("Achieved fire rate", "Achieved / target") + f"; {_fig('fire_rate')}"))
     if len(held) == 1:
         only = held[0]
         out.append(Sentence(
             f"{only.label} was the only backend that completed and held its target rate (≥ {RATE_HELD_FRACTION:.0%}); "
-            f"its p99 lag was {_ms(_p99(only))}.", _t1("Achieved / target", "Lag p99") + f"; {_fig('lag_cdf')}"))
+            f"its p99 lag was {fmt.ms(_p99(only))}.", _t1("Achieved / target", "Lag p99") + f"; {_fig('lag_cdf')}"))
     elif held:
         ranked = sorted(held, key=_p99)
         best = ranked[0]
-        text = f"Of the backends that held their target rate (≥ {RATE_HELD_FRACTION:.0%}), {best.label} had the lowest p99 lag: {_ms(_p99(best))}"
+        text = f"Of the backends that held their target rate (≥ {RATE_HELD_FRACTION:.0%}), {best.label} had the lowest p99 lag: {fmt.ms(_p99(best))}"
         ties = [r for r in ranked[1:] if _p99(r) == _p99(best)]
         if ties:
             text += f", tied with {', '.join(r.label for r in ties)}"
         others = [r for r in ranked[1:] if _p99(r) != _p99(best)]
         if others:
-            text += "; then " + ", ".join(f"{r.label} {_ms(_p99(r))}" for r in others)
+            text += "; then " + ", ".join(f"{r.label} {fmt.ms(_p99(r))}" for r in others)
         out.append(Sentence(text + ".", _t1("Lag p99") + f"; {_fig('lag_cdf')}"))
     elif backends:
         out.append(Sentence(
@@ -96,8 +93,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     for r in runs:
         if r.scheduler == "memory" and _p99(r) is not None:
             out.append(Sentence(
-                f"memory, the in-process reference with no store, had p99 lag {_ms(_p99(r))} at "
-                f"{_num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for reference.",
+                f"memory, the in-process reference with no store, had p99 lag {fmt.ms(_p99(r))} at "
+                f"{fmt.num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for reference.",
                 _t1("Lag p99")))
 
     # 3. Correctness: missed fires and duplicates are stated for every run that has any.
@@ -122,7 +119,7 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             continue
         first, last, seconds, per_s = growth
         peak = (r.summary.get("dead_tuples") or {}).get("table_peak")
-        text = (f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the {_num(seconds)} s "
+        text = (f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the {fmt.num(seconds)} s "
                 f"measured window ({per_s:+,.1f}/s)")
         rows = []
         if peak is not None:
@@ -146,10 +143,10 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     if amp:
         parts = []
         for r, total, pf in amp:
-            p = (f"{r.label} {_num(total)} row writes per fire ({_num(pf['inserts'])} inserts, "
-                 f"{_num(pf['updates'])} updates, {_num(pf['deletes'])} deletes)")
+            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf['inserts'])} inserts, "
+                 f"{fmt.num(pf['updates'])} updates, {fmt.num(pf['deletes'])} deletes)")
             if pf.get("wal_bytes") is not None:
-                p += f" and {human_bytes(pf['wal_bytes'])} of WAL per fire"
+                p += f" and {fmt.human_bytes(pf['wal_bytes'])} of WAL per fire"
             parts.append(p)
         text = "Write amplification: " + "; ".join(parts) + "."
         if any(pf.get("wal_bytes") is not None for _, _, pf in amp):

@@ -15,9 +15,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from reports.report import Report
+from reports import fmt
+from reports.model import Report
 
-SWEEP_JSON = "sweep.json"
+from metrics.rundir import SWEEP as SWEEP_JSON
 
 
 def find_sweeps(report: Report) -> list[tuple[Path, dict[str, Any]]]:
@@ -37,22 +38,14 @@ def find_sweeps(report: Report) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def _num(v: Any, pattern: str = "{:,.0f}", none: str = "—") -> str:
-    return none if v is None else pattern.format(v)
-
-
-def _pct(v: Any) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
 def max_rate_rows(data: dict[str, Any]) -> list[list[str]]:
     """Per backend: max sustainable rate, its share of the pgbench ceiling, where and why it stopped."""
     rows = []
     for name, b in (data.get("backends") or {}).items():
-        slo = _num(b.get("slo_p99_ms"), "{:,.0f} ms") + (f" ({b['slo_source']})" if b.get("slo_source") else "")
-        rows.append([name, _num(b.get("max_sustainable_rate"), "{:,.0f}/s", "below the lowest rate"),
-                     _pct(b.get("fraction_of_ceiling")), slo, str(b.get("stop_reason") or "—"),
-                     _num(b.get("warmup_s"), "{:g} s")])
+        slo = fmt.fixed(b.get("slo_p99_ms"), "{:,.0f} ms") + (f" ({b['slo_source']})" if b.get("slo_source") else "")
+        rows.append([name, fmt.fixed(b.get("max_sustainable_rate"), "{:,.0f}/s", "below the lowest rate"),
+                     fmt.pct(b.get("fraction_of_ceiling")), slo, str(b.get("stop_reason") or fmt.MISSING),
+                     fmt.fixed(b.get("warmup_s"), "{:g} s")])
     return rows
 
 
@@ -60,10 +53,10 @@ def rate_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for name, b in (data.get("backends") or {}).items():
         for key, e in (b.get("rates") or {}).items():
-            rows.append([name, f"{key}/s", _num(e.get("offered"), "{:,.0f}/s"), _num(e.get("achieved"), "{:,.0f}/s"),
-                         _num(e.get("p99_ms"), "{:,.1f} ms"),
-                         _num(e.get("missed"), "{:,}"), _num(e.get("writes_per_fire"), "{:.2f}"),
-                         ("yes" if e.get("held") else f"no: {e.get('reason')}") + _earlier(e), str(e.get("run_dir") or "—")])
+            rows.append([name, f"{key}/s", fmt.fixed(e.get("offered"), "{:,.0f}/s"), fmt.fixed(e.get("achieved"), "{:,.0f}/s"),
+                         fmt.fixed(e.get("p99_ms"), "{:,.1f} ms"),
+                         fmt.fixed(e.get("missed"), "{:,}"), fmt.fixed(e.get("writes_per_fire"), "{:.2f}"),
+                         ("yes" if e.get("held") else f"no: {e.get('reason')}") + _earlier(e), str(e.get("run_dir") or fmt.MISSING)])
     return rows
 
 
@@ -80,10 +73,10 @@ def pgbench_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for r in pg.get("results") or []:
         if r.get("error"):
-            rows.append([str(r.get("batch")), _num(r.get("rows")), "—", "—", f"error: {r['error']}"])
+            rows.append([str(r.get("batch")), fmt.fixed(r.get("rows")), fmt.MISSING, fmt.MISSING, f"error: {r['error']}"])
         else:
-            rows.append([str(r.get("batch")), _num(r.get("rows")), _num(r.get("tps"), "{:,.1f}"),
-                         _num(r.get("tps_x_batch")), _num(r.get("rearmed_per_s"))])
+            rows.append([str(r.get("batch")), fmt.fixed(r.get("rows")), fmt.fixed(r.get("tps"), "{:,.1f}"),
+                         fmt.fixed(r.get("tps_x_batch")), fmt.fixed(r.get("rearmed_per_s"))])
     return rows
 
 
@@ -95,7 +88,7 @@ def pgbench_note(data: dict[str, Any]) -> str:
         return "pgbench ceiling not measured."
     return (f"pg_leased's claim_due + re-arm SQL driven by pgbench ({pg.get('version') or 'pgbench'}; "
             f"-c {pg.get('clients')} -j {pg.get('threads')} -T {pg.get('duration_s')}) against the same server, "
-            f"in the same sweep. Ceiling: {_num(pg.get('rows_per_s'))} rows re-armed/s (batch {pg.get('best_batch')}). "
+            f"in the same sweep. Ceiling: {fmt.fixed(pg.get('rows_per_s'))} rows re-armed/s (batch {pg.get('best_batch')}). "
             "Every row is due and re-armed due again at once, so each claim finds a backlog: the figure is the "
             "cost of the SQL alone. One fire is one row claimed and re-armed.")
 
@@ -174,7 +167,7 @@ def figures(data: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
 def _html_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
     head = "".join(f'<th class="{"k" if i == 0 else ""}">{escape(h)}</th>' for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(
-        f'<td class="{"k" if i == 0 else ("text" if not c[:1].isdigit() and c != "—" else "")}">{escape(c)}</td>'
+        f'<td class="{"k" if i == 0 else ("text" if not c[:1].isdigit() and c != fmt.MISSING else "")}">{escape(c)}</td>'
         for i, c in enumerate(row)) + "</tr>" for row in rows)
     return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
+from reports import fmt
 from reports.load import Run
 
 # memory is the harness's reference (no store): when real backends are in the report it is shown
@@ -112,42 +113,19 @@ SUMMARY_ROWS: list[RowSpec] = [
 ]
 
 
-def _num(x: float) -> str:
-    x = float(x)
-    if x == 0:
-        return "0"
-    a = abs(x)
-    if a >= 1000:
-        return f"{x:,.0f}"
-    if a >= 100:
-        return f"{x:.1f}"
-    if a >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3g}"  # below 1: three significant figures, so close values stay distinct
-
-
-def human_bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 def format_value(value: Any, kind: str) -> str:
     """Display text for one figure; ``—`` for a figure that does not apply (None)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
+        return fmt.MISSING
     if kind == "text":
         return str(value)
     if kind == "count":
-        return f"{int(value):,}" if float(value).is_integer() else _num(value)
+        return f"{int(value):,}" if float(value).is_integer() else fmt.num(value)
     if kind == "percent":
         return f"{float(value) * 100:.1f}%"
     if kind == "bytes":
-        return human_bytes(value)
-    return _num(value)
+        return fmt.human_bytes(value)
+    return fmt.num(value)
 
 
 def format_ratio(value: Any, base: Any) -> str:
@@ -233,7 +211,7 @@ def run_checks(run: Run) -> list[Check]:
         "rate held",
         None if share is None else share >= RATE_HELD_FRACTION,
         "unknown" if share is None else
-        f"achieved {_num(s['achieved_rate'])} of {_num(s['target_rate'])} fires/s ({share * 100:.1f}%; held means ≥ {RATE_HELD_FRACTION:.0%})",
+        f"achieved {fmt.num(s['achieved_rate'])} of {fmt.num(s['target_rate'])} fires/s ({share * 100:.1f}%; held means ≥ {RATE_HELD_FRACTION:.0%})",
     ))
     for key, name in (("missed", "no missed fires"), ("duplicate_effects", "no duplicate effects")):
         v = s.get(key)
@@ -266,9 +244,9 @@ def environment_value(run: Run, key: str) -> str:
     else:
         v = run.config.get(key)
     if v is None or v == "":
-        return "—"
+        return fmt.MISSING
     if key == "memory_bytes":
-        return human_bytes(v)
+        return fmt.human_bytes(v)
     if key == "started_at" and isinstance(v, (int, float)):
         import datetime as dt
 
@@ -288,7 +266,7 @@ def environment_differences(runs: list[Run]) -> list[str]:
         if key in ("started_at", "dsn", "temporal_address", "argv"):
             continue
         # A field a run does not have (memory has no Postgres) is not a difference.
-        seen = {environment_value(r, key) for r in runs} - {"—"}
+        seen = {environment_value(r, key) for r in runs} - {fmt.MISSING}
         if len(seen) > 1:
             out.append(f"{label} differs between runs: {', '.join(sorted(seen))}")
     return out

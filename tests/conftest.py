@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from bench import stack as stack_mod
+from harness import stack as stack_mod
 from schedulers.base import StoreContext
 
 

@@ -1,7 +1,7 @@
 """``bench run --fault``: faults injected into real runs, judged from the files the run writes.
 
 Restarting a server disturbs every test that shares it, so this module starts its **own**
-Postgres and Temporal dev server under a temporary home (``bench.stack.Postgres(home)`` /
+Postgres and Temporal dev server under a temporary home (``harness.stack.Postgres(home)`` /
 ``TemporalDev(home)``) and points the CLI at them with ``TIMERBENCH_HOME`` (so the harness knows
 them as its embedded servers, the only ones it will restart), ``TIMERBENCH_DSN`` and
 ``TIMERBENCH_TEMPORAL``. The private Postgres runs autovacuum every second
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bench import stack
+from harness import stack
 
 BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "12s", "--warmup", "2s"]

@@ -167,7 +167,7 @@ def test_metrics_are_prometheus_text_and_need_the_token(node):
 
 async def test_a_stuck_claim_loop_turns_ready_503_once_its_heartbeat_is_stale():
     """A loop that is alive but hung in a batch stops ticking: readiness must not stay green."""
-    from bench.serve import Node
+    from harness.node_api import Node
     from schedulers.base import Timer
 
     class Stuck:

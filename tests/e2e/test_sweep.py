@@ -77,7 +77,7 @@ def test_bad_rates_are_a_usage_error(tmp_path):
 
 
 def test_pgbench_ceiling_measures_claim_and_rearm_at_batch_1_and_100(pg_dsn, tmp_path):
-    from bench import stack
+    from harness import stack
     from loadgen import pgbench
 
     binary = pgbench.find_pgbench(stack.pg_bin_dir())

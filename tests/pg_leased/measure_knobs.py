@@ -217,7 +217,7 @@ async def main() -> None:
     args = ap.parse_args()
     dsn = args.dsn
     if not dsn:
-        from bench import stack
+        from harness import stack
 
         dsn, _ = stack.postgres().start()
     print(

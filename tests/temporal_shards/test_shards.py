@@ -218,7 +218,7 @@ async def test_rearm_after_the_ring_grew_does_not_fire_the_stale_copy(make_ctx):
 async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_dsn, schema):
     # A second dev server whose history limit suggests Continue-As-New at 200 events; the
     # scheduler's own bound is out of reach, so only the SDK's suggestion can trigger it.
-    from bench.stack import TemporalDev, free_port
+    from harness.stack import TemporalDev, free_port
     from schedulers.base import StoreContext
 
     dev = TemporalDev(home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 200})

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.faults import ACCEPTED_FORMS, FaultSpec, parse
+from harness.faults import ACCEPTED_FORMS, FaultSpec, parse
 from metrics.faults import fault_summary
 from metrics.rundir import FIRES_SCHEMA
 

@@ -33,7 +33,7 @@ def test_interval_range():
 
 
 def test_recorded_argv_hides_passwords_and_tokens():
-    from bench.stack import redact_argv
+    from harness.stack import redact_argv
 
     argv = ["bench", "run", "--dsn", "postgresql://u:s3cret@db:5432/x", "--token", "t0k", "--dsn=postgresql://u:s3cret@h/x",
             "--token=t0k", "--rate", "556/s"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.errors import UsageError
+from reports.errors import ReportError
 from reports.load import expand_run_paths, load_runs, pick_baseline
 
 
@@ -26,7 +26,7 @@ def test_run_dirs_parents_and_globs(tmp_path):
 
 
 def test_an_argument_that_names_no_run_is_a_usage_error(tmp_path):
-    with pytest.raises(UsageError, match="no run directory"):
+    with pytest.raises(ReportError, match="no run directory"):
         expand_run_paths([str(tmp_path / "missing")])
 
 
@@ -45,5 +45,5 @@ def test_baseline_by_directory_name_or_scheduler(tmp_path):
     assert pick_baseline(runs, None) == 0
     assert pick_baseline(runs, str(b)) == 1
     assert pick_baseline(runs, "pg_leased") == 1
-    with pytest.raises(UsageError, match="choose one of"):
+    with pytest.raises(ReportError, match="choose one of"):
         pick_baseline(runs, "temporal_shards")

@@ -5,7 +5,8 @@ from pathlib import Path
 import pandas as pd
 
 from reports.load import Run
-from reports.tables import build_summary_table, format_ratio, format_value, human_bytes, run_checks
+from reports.fmt import human_bytes
+from reports.tables import build_summary_table, format_ratio, format_value, run_checks
 
 
 def run(scheduler: str, **summary) -> Run:

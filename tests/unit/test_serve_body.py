@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.nodes import count_double_held, merge_state
-from bench.serve import MAX_TIMERS_PER_PUT, BadTimers, parse_timers
+from loadgen.processor import merge_state
+from metrics.parts import count_double_held
+from harness.node_api import MAX_TIMERS_PER_PUT, BadTimers, parse_timers
 from loadgen.arm_shape import parse_shape, users_at
 
 TYPES = ["load", "poll"]

@@ -4,7 +4,7 @@ sustainable rate is the last rate held before the first one that was not."""
 
 import pytest
 
-from bench.sweep_cmd import judge, max_sustainable, parse_rates, writes_per_fire
+from harness.sweep_rule import judge, max_sustainable, parse_rates, writes_per_fire
 
 SLO_MS = 1000.0
 
@@ -75,7 +75,7 @@ def test_writes_per_fire_sums_row_writes_and_is_none_without_tables():
 
 
 def test_slo_spec_gives_every_backend_a_p99_bound():
-    from bench.sweep_cmd import DEFAULT_SLO, parse_slo, slo_for
+    from harness.sweep_rule import DEFAULT_SLO, parse_slo, slo_for
 
     default_ms, overrides = parse_slo("1s,temporal_shards=max-lag,pg_queue=2.5s")
     assert default_ms == 1000.0 and overrides == {"temporal_shards": "max-lag", "pg_queue": 2500.0}
@@ -92,7 +92,7 @@ def test_slo_spec_gives_every_backend_a_p99_bound():
 
 
 def test_a_backend_with_a_long_max_lag_warms_up_longer():
-    from bench.sweep_cmd import warmup_for
+    from harness.sweep_rule import warmup_for
 
     assert warmup_for(5.0, 0.55) == 5.0  # memory: --warmup
     assert warmup_for(5.0, 12.0) == 18.0  # temporal_shards (MaxLag 10 s): 1.5 x its bound

@@ -1,4 +1,8 @@
-"""Errors a person can act on: one line, what is wrong, the value given, what is accepted."""
+"""Errors a person can act on: one line, what is wrong, the value given, what is accepted.
+
+The engine raises these; the CLI (``bench.cli.main``) prints them as one line and exits with
+``exit_code`` (2: bad usage, 1: a failure), with the traceback only under ``--debug``.
+"""
 
 
 class BenchError(Exception):

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import math
 import time
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Mapping, Sequence
@@ -38,6 +37,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from metrics.parts import HoldLog
 from schedulers.base import Fire, Outcome, Processor, Scheduler, Timer
 
 MAX_TIMERS_PER_PUT = 10_000
@@ -118,48 +118,6 @@ class NodeMetrics:
             "timerbench_loop_heartbeat_age_seconds", "Seconds since the claim loop last ticked", registry=self.registry
         )
         self.ready = Gauge("timerbench_ready", "1 when /health/ready would answer 200", registry=self.registry)
-
-
-class HoldLog:
-    """When this node held each timer: from receipt to the backend's commit report.
-
-    ``bench run --nodes N`` merges the nodes' logs to check that no timer was held by two live
-    nodes at once (overlapping intervals of one id on different workers). A hold whose commit
-    never came (the node stopped first) ends at NaN: it proves nothing either way.
-    """
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.due: list[float] = []
-        self.received: list[float] = []
-        self.released: list[float] = []
-        self._open: dict[int, int] = {}  # id(Fire) -> row, until committed
-
-    def received_batch(self, fires: Sequence[Fire], at: float) -> None:
-        row0 = len(self.ids)
-        self.ids.extend(f.timer_id for f in fires)
-        self.due.extend(f.due_at for f in fires)
-        self.received.extend([at] * len(fires))
-        self.released.extend([math.nan] * len(fires))
-        self._open.update(zip(map(id, fires), range(row0, row0 + len(fires))))
-
-    def committed_batch(self, fires: Sequence[Fire], at: float) -> None:
-        for f in fires:
-            row = self._open.pop(id(f), None)
-            if row is not None:
-                self.released[row] = at
-
-    def table(self, worker: str):
-        import pyarrow as pa
-
-        n = len(self.ids)
-        return pa.table({
-            "timer_id": pa.array(self.ids, pa.string()),
-            "due_at": pa.array(self.due, pa.float64()),
-            "received_at": pa.array(self.received, pa.float64()),
-            "committed_at": pa.array(self.released, pa.float64()),
-            "worker": pa.array([worker] * n, pa.string()),
-        })
 
 
 class MeteredProcessor:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from bench.errors import BenchError
+from harness.errors import BenchError
 
 PG_DEFAULT_PORT = 54329
 TEMPORAL_DEFAULT_PORT = 57233

@@ -3,13 +3,12 @@
 SPEC forms (offsets count from the run's start, ``arm_start``; durations as ``30s``, ``2m``, ``500ms``):
 
 ``kill-worker@30s``
-    SIGKILL one worker mid-batch. With ``--nodes`` a node process is killed and, as an
-    orchestrator would, a replacement is started ``REPLACEMENT_DELAY_S`` later (if the node
-    runner offers ``restart_node``). In a single-process run the in-process worker is crashed
-    the way the interface defines a crash (``schedulers/base.py``): its ``run`` task is
-    cancelled, releasing nothing, and a replacement run loop with a new worker id starts
-    ``REPLACEMENT_DELAY_S`` later. The kill waits up to ``MID_BATCH_WAIT_S`` for a batch to be
-    in the processor's hands, so the crash loses work in flight.
+    Crash one worker mid-batch and, as an orchestrator would, start a replacement
+    ``REPLACEMENT_DELAY_S`` later (:class:`harness.workers.Workers` ``kill`` / ``restart``).
+    With ``--nodes`` a node process gets SIGKILL. In a single-process run the in-process
+    worker is crashed the way the interface defines a crash (``schedulers/base.py``): its
+    ``run`` task is cancelled, releasing nothing; the kill waits up to ``MID_BATCH_WAIT_S`` for
+    a batch to be in the processor's hands, so the crash loses work in flight.
 ``pause-worker@30s:20s``
     SIGSTOP a node process, SIGCONT it 20 s later (needs ``--nodes``: a coroutine in this
     process cannot be paused without pausing the harness).
@@ -41,9 +40,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.errors import UsageError
+from harness.errors import UsageError
 
-FAULTS_FILE = "faults.json"
 REPLACEMENT_DELAY_S = 1.0  # a killed worker's replacement starts this long after the kill
 MID_BATCH_WAIT_S = 3.0  # a kill waits at most this long for a batch to be in flight
 
@@ -112,8 +110,8 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 
 
 def embedded_postgres(dsn: str | None):
-    """The embedded :class:`bench.stack.Postgres` that ``dsn`` points at, or None."""
-    from bench import stack
+    """The embedded :class:`harness.stack.Postgres` that ``dsn`` points at, or None."""
+    from harness import stack
 
     if not dsn:
         return None
@@ -125,8 +123,8 @@ def embedded_postgres(dsn: str | None):
 
 
 def embedded_temporal(address: str | None):
-    """The embedded :class:`bench.stack.TemporalDev` at ``address``, or None."""
-    from bench import stack
+    """The embedded :class:`harness.stack.TemporalDev` at ``address``, or None."""
+    from harness import stack
 
     if not address:
         return None
@@ -163,66 +161,41 @@ def check(specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | No
 
 
 class FaultInjector:
-    """Fires the faults of one run at their offsets and records their spans.
+    """Fires the faults of one run at their offsets and records their spans in ``faults.json``.
 
-    ``run`` is the :class:`bench.run_cmd.Run` (its ``window``, ``processor``, ``run_dir``,
-    ``dsn``, ``temporal_address``, ``console`` and, with ``--nodes``, ``node_procs``).
+    ``window`` is the run's (its ``arm_start`` and ``measure_end`` are read when the faults
+    start); workers are reached through :class:`harness.workers.Workers` only.
     """
 
-    def __init__(self, specs: list[FaultSpec], run, scheduler) -> None:
+    def __init__(self, specs: list[FaultSpec], *, workers, processor, window: dict[str, Any], run_dir,
+                 dsn: str | None, temporal_address: str | None, max_lag_s: float, say) -> None:
         self.specs = specs
-        self.run = run
-        self.scheduler = scheduler
-        self.max_lag_s = float(scheduler.capabilities.max_lag_s)
+        self.workers = workers
+        self.processor = processor
+        self.window = window
+        self.run_dir = run_dir
+        self.dsn = dsn
+        self.temporal_address = temporal_address
+        self.max_lag_s = float(max_lag_s)
+        self.say = say
         self.spans: list[dict[str, Any]] = [
             {**asdict(s), "planned_at": None, "start": None, "end": None, "fired": False, "note": ""} for s in specs
         ]
-        self._inner: asyncio.Task | None = None
-        self._worker_no = 0
-        self.worker_id = "w0"
-        self._killing = False
-        self._replaced: asyncio.Event | None = None
-
-    # -- the in-process worker, under supervision ---------------------------------------------
-
-    async def supervise(self, processors, stop: asyncio.Event) -> None:
-        """Runs the scheduler's run loop; when a kill-worker fault cancels it (a crash), starts a
-        replacement with a new worker id. Returns or raises as the run loop does otherwise."""
-        try:
-            while True:
-                self.worker_id = f"w{self._worker_no}"
-                self._inner = asyncio.create_task(self.scheduler.run(processors, stop, worker_id=self.worker_id))
-                if self._replaced is not None:
-                    self._replaced.set()
-                await asyncio.wait({self._inner})
-                if not (self._killing and self._inner.cancelled()):
-                    return self._inner.result()
-                self._killing = False
-                if not stop.is_set():
-                    await asyncio.sleep(REPLACEMENT_DELAY_S)  # the orchestrator notices and restarts
-                if stop.is_set():
-                    return None
-                self._worker_no += 1
-        except asyncio.CancelledError:
-            if self._inner is not None:
-                self._inner.cancel()
-                await asyncio.wait({self._inner})
-            raise
 
     # -- the schedule ---------------------------------------------------------------------------
 
     def write(self) -> None:
-        from metrics.rundir import write_json
+        from metrics.rundir import FAULTS, write_json
 
-        write_json(self.run.run_dir / FAULTS_FILE, {
+        write_json(self.run_dir / FAULTS, {
             "max_lag_s": self.max_lag_s,
-            "arm_start": self.run.window["arm_start"],
+            "arm_start": self.window["arm_start"],
             "faults": self.spans,
         })
 
     async def loop(self, done: asyncio.Event) -> None:
         """Start each fault at ``arm_start + at_s``; ends when every started fault has ended."""
-        arm_start = self.run.window["arm_start"]
+        arm_start = self.window["arm_start"]
         for span in self.spans:
             span["planned_at"] = arm_start + span["at_s"]
         self.write()
@@ -235,7 +208,7 @@ class FaultInjector:
             await asyncio.wait_for(done.wait(), max(0.0, span["planned_at"] - time.time()))
         except (TimeoutError, asyncio.TimeoutError):
             pass
-        if done.is_set() or time.time() > self.run.window["measure_end"]:
+        if done.is_set() or time.time() > self.window["measure_end"]:
             span["note"] = "not fired: the run had ended before its offset"
             self.write()
             return
@@ -246,14 +219,14 @@ class FaultInjector:
             span["note"] = (span["note"] + "; " if span["note"] else "") + f"failed: {type(exc).__name__}: {exc}"
             if span["start"] is not None and span["end"] is None:
                 span["end"] = time.time()
-        self.run.console.print(f"fault {span['text']}: {span['note'] or 'done'}")
+        self.say(f"fault {span['text']}: {span['note'] or 'done'}")
         self.write()
 
     def _begin(self, span: dict[str, Any]) -> None:
         span["start"] = time.time()
         span["fired"] = True
         self.write()
-        self.run.console.print(f"fault {span['text']}: starting")
+        self.say(f"fault {span['text']}: starting")
 
     @staticmethod
     async def _sleep_unless(done: asyncio.Event, seconds: float) -> None:
@@ -264,84 +237,32 @@ class FaultInjector:
 
     # -- the faults -------------------------------------------------------------------------------
 
-    def _nodes(self) -> list[tuple[str, int]]:
-        """(worker id, pid) of the node processes of a ``--nodes`` run, alive ones only."""
-        procs = getattr(self.run, "node_procs", None)
-        if not procs:
-            return []
-        items = procs.items() if isinstance(procs, dict) else ((getattr(p, "worker_id", str(i)), p) for i, p in enumerate(procs))
-        out = []
-        for wid, p in items:
-            proc = getattr(p, "proc", p)
-            pid = getattr(proc, "pid", None)
-            alive = getattr(proc, "returncode", None) is None
-            if pid and alive:
-                out.append((str(wid), int(pid)))
-        return out
-
     async def _kill_worker(self, span: dict[str, Any], done: asyncio.Event) -> None:
-        nodes = self._nodes()
-        if nodes:
-            wid, pid = nodes[0]
-            self._begin(span)
-            os.kill(pid, signal.SIGKILL)
-            span["worker"] = wid
-            await self._sleep_unless(done, REPLACEMENT_DELAY_S)
-            restart = getattr(self.run, "restart_node", None)
-            if restart is not None and not done.is_set():
-                res = restart(wid)
-                if asyncio.iscoroutine(res):
-                    res = await res
-                span["replacement"] = str(res) if res is not None else wid
-                span["note"] = f"SIGKILL node {wid} (pid {pid}); replacement started after {REPLACEMENT_DELAY_S:g} s"
-            else:
-                span["note"] = f"SIGKILL node {wid} (pid {pid}); no replacement started"
-            span["end"] = time.time()
-            return
-        if self._inner is None:
-            raise RuntimeError("no worker to kill")
-        # mid-batch: wait (briefly) until the processor has polls in flight
-        deadline = time.time() + MID_BATCH_WAIT_S
-        processor = self.run.processor
-        while time.time() < deadline and not (len(processor.lanes) and float(processor.lanes.max()) > time.time()):
-            await asyncio.sleep(0.005)
-        mid_batch = bool(len(processor.lanes) and float(processor.lanes.max()) > time.time())
-        victim = self.worker_id
-        self._replaced = asyncio.Event()
-        self._killing = True
+        killed = await self.workers.kill(MID_BATCH_WAIT_S)
         self._begin(span)
-        self._inner.cancel()  # a crash: the backend releases nothing, its heartbeats stop
-        span["worker"] = victim
-        span["mid_batch"] = mid_batch
-        waiter = asyncio.ensure_future(self._replaced.wait())
-        await asyncio.wait({waiter, asyncio.ensure_future(done.wait())}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        span["end"] = time.time()
-        if self._replaced.is_set():
-            span["replacement"] = self.worker_id
-            span["note"] = (f"crashed in-process worker {victim} ({'mid-batch' if mid_batch else 'no batch in flight'}: "
-                            f"run task cancelled, nothing released); replacement {self.worker_id} after "
-                            f"{REPLACEMENT_DELAY_S:g} s")
+        span["worker"] = killed.worker
+        what = (f"SIGKILL node {killed.worker} (pid {killed.pid})" if killed.pid is not None else
+                f"crashed in-process worker {killed.worker} ({'mid-batch' if killed.mid_batch else 'no batch in flight'}"
+                f": run task cancelled, nothing released)")
+        if killed.mid_batch is not None:
+            span["mid_batch"] = killed.mid_batch
+        await self._sleep_unless(done, REPLACEMENT_DELAY_S)  # the orchestrator notices, then restarts
+        if done.is_set():
+            span["note"] = f"{what}; the run ended before a replacement started"
         else:
-            span["note"] = f"crashed in-process worker {victim}; the run ended before a replacement started"
+            span["replacement"] = await self.workers.restart(killed)
+            span["note"] = f"{what}; replacement {span['replacement']} after {REPLACEMENT_DELAY_S:g} s"
+        span["end"] = time.time()
 
     async def _pause_worker(self, span: dict[str, Any], done: asyncio.Event) -> None:
-        nodes = self._nodes()
-        if not nodes:
-            raise RuntimeError("no node process to pause (needs --nodes)")
-        wid, pid = nodes[0]
         self._begin(span)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            await self._sleep_unless(done, span["duration_s"])
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        paused = await self.workers.pause(span["duration_s"], done)
         span["end"] = time.time()
-        span["worker"] = wid
-        span["note"] = f"SIGSTOP node {wid} (pid {pid}), SIGCONT after {span['end'] - span['start']:.1f} s"
+        span["worker"] = paused.worker
+        span["note"] = f"SIGSTOP node {paused.worker} (pid {paused.pid}), SIGCONT after {span['end'] - span['start']:.1f} s"
 
     async def _restart_postgres(self, span: dict[str, Any], done: asyncio.Event) -> None:
-        pg = embedded_postgres(self.run.dsn)
+        pg = embedded_postgres(self.dsn)
         if pg is None:
             raise RuntimeError("the embedded Postgres is not running")
         self._begin(span)
@@ -350,7 +271,7 @@ class FaultInjector:
         span["note"] = f"fast shutdown + restart of the embedded Postgres ({span['end'] - span['start']:.1f} s down)"
 
     async def _restart_temporal(self, span: dict[str, Any], done: asyncio.Event) -> None:
-        t = embedded_temporal(self.run.temporal_address)
+        t = embedded_temporal(self.temporal_address)
         if t is None:
             raise RuntimeError("the embedded Temporal dev server is not running")
         self._begin(span)
@@ -361,7 +282,7 @@ class FaultInjector:
     async def _hold_snapshot(self, span: dict[str, Any], done: asyncio.Event) -> None:
         import psycopg
 
-        conn = await psycopg.AsyncConnection.connect(self.run.dsn, autocommit=True,
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
                                                      application_name="timerbench-fault-hold-snapshot")
         try:
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -380,7 +301,7 @@ class FaultInjector:
             await conn.close()
 
     async def _slow_provider(self, span: dict[str, Any], done: asyncio.Event) -> None:
-        p = self.run.processor
+        p = self.processor
         saved = (p.lat_mu, p.lat_sigma)
         self._begin(span)
         # every poll now draws exactly latency_s; polls still queue on the poller lanes

@@ -1,0 +1,50 @@
+"""``bench compare``: every backend on one workload in sequence, then the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.options import stack_options, workload_options
+
+
+@click.command("compare", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--schedulers", "schedulers_opt", default=None,
+              help="Comma-separated schedulers (the first is the report's baseline), or 'all' (memory too, last). "
+                   "Default: every registered backend except memory, pg_queue first.")
+@workload_options("workload", "rate", "duration", "warmup")
+@stack_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="Where the runs' directories are written.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The HTML report (default: <out>/compare-<timestamp>.html).")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the report as Markdown (default: beside the HTML, .md).")
+@click.pass_context
+def compare(ctx: click.Context, schedulers_opt: str | None, workload_spec: str | None, rate: str | None,
+            duration: str | None, warmup: str | None, dsn: str | None, temporal_address: str | None,
+            out_dir: Path, output: Path | None, markdown: Path | None) -> None:
+    """Run every backend (or --schedulers a,b) on one workload in sequence, then write the report.
+
+    Any other option (such as --seed or --opt key=value) is passed to each `bench run`. A run that
+    fails is shown in the report with its output; the report still covers the others, and the
+    command then exits with status 1.
+    """
+    from harness.compare import compare as run_compare
+    from harness.compare import default_schedulers, failure_error
+
+    names = default_schedulers(schedulers_opt)
+    run_args: list[str] = []
+    for flag, value in (("--workload", workload_spec), ("--rate", rate), ("--duration", duration),
+                        ("--warmup", warmup), ("--dsn", dsn), ("--temporal-address", temporal_address)):
+        if value is not None:
+            run_args += [flag, value]
+    result = run_compare(names, run_args + list(ctx.args), out_dir, output, markdown,
+                         echo=lambda line: click.echo(line, nl=False, err=True))
+    click.echo(f"report: {result.html}")
+    click.echo(f"markdown: {result.markdown}")
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if result.failures:
+        raise failure_error(result, len(names))

@@ -1,0 +1,51 @@
+"""Option groups shared by several commands, declared once: the servers and the workload."""
+
+from __future__ import annotations
+
+import click
+
+
+def stack_options(f):
+    """``--dsn`` and ``--temporal-address``: use existing servers instead of the embedded ones."""
+    f = click.option("--temporal-address", envvar="TIMERBENCH_TEMPORAL", default=None,
+                     help="host:port of a Temporal frontend (default: the embedded dev server).")(f)
+    f = click.option("--dsn", envvar="TIMERBENCH_DSN", default=None,
+                     help="Postgres connection string (default: the embedded server).")(f)
+    return f
+
+
+_WORKLOAD = {
+    "workload": ("--workload", "A preset name or a YAML file (default: production)."),
+    "rate": ("--rate", "Steady-state fire rate: 556/s, 33360/min or 556. The population follows it."),
+    "triggers": ("--triggers", "Population size (the rate follows it)."),
+    "interval": ("--interval", "Poll interval range, e.g. 60s..120s."),
+    "tenants": ("--tenants", "Number of tenants."),
+    "tenant_skew": ("--tenant-skew", "Zipf exponent of triggers per tenant (0 = uniform)."),
+    "state_size": ("--state-size", "Poll state per trigger, bytes."),
+    "duration": ("--duration", "Measured window, e.g. 10m."),
+    "warmup": ("--warmup", "Warm-up before the measured window, e.g. 60s."),
+    "seed": ("--seed", "Random seed of the population and the provider."),
+    "trace": ("--trace", "CSV to replay: trigger_id,tenant_id,interval_s,first_fire_s."),
+}
+
+
+def workload_options(*names: str, workload_default: str | None = None):
+    """The workload options ``names`` (keys of ``_WORKLOAD``), each passed as a keyword of the
+    same name (``workload`` as ``workload_spec``)."""
+
+    def decorate(f):
+        for name in reversed(names):
+            flag, text = _WORKLOAD[name]
+            dest = "workload_spec" if name == "workload" else name
+            default = workload_default if name == "workload" else None
+            f = click.option(flag, dest, default=default, show_default=default is not None, help=text)(f)
+        return f
+
+    return decorate
+
+
+def overrides(values: dict) -> dict:
+    """The workload overrides among a command's keyword arguments."""
+    from harness.inputs import WORKLOAD_OVERRIDES
+
+    return {k: values.get(k) for k in WORKLOAD_OVERRIDES}

@@ -1,0 +1,82 @@
+"""``bench compare``: every backend (or the ones named) on one workload, in sequence, then one report.
+
+Each run is a child ``bench run`` (:mod:`harness.child`). A run that fails is shown in the report
+with its output, never hidden; the report still covers the others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.child import bench_run
+from harness.errors import BenchError, UsageError
+
+BASELINE_FIRST = "pg_queue"
+
+
+def default_schedulers(choice: str | None) -> list[str]:
+    """The backends ``--schedulers`` names (``a,b``, ``all``, or None for every backend but memory)."""
+    # The registry's names are data; the report never imports a scheduler module.
+    from schedulers.base import REGISTRY
+
+    # The "before" design first, so the report's ratios (against the first run) read as change
+    # from today's table-as-queue (DESIGN.md); the rest in registry order.
+    names = sorted(REGISTRY, key=lambda n: n != BASELINE_FIRST)
+    if choice is None:
+        chosen = [n for n in names if n != "memory"]  # memory is the harness reference: only when asked
+        if not chosen:
+            raise UsageError("no scheduler besides memory is registered; pass --schedulers memory to compare it alone")
+        return chosen
+    if choice.strip() == "all":
+        return [n for n in names if n != "memory"] + (["memory"] if "memory" in names else [])
+    chosen = [c.strip() for c in choice.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in REGISTRY]
+    if unknown or not chosen:
+        raise UsageError(
+            f"unknown scheduler(s) in --schedulers {choice!r}: {', '.join(unknown) or 'none given'}; "
+            f"choose from: {', '.join(names)} (comma-separated) or 'all'"
+        )
+    return list(dict.fromkeys(chosen))
+
+
+@dataclass
+class Comparison:
+    html: Path
+    markdown: Path
+    run_dirs: list[str] = field(default_factory=list)
+    failures: list = field(default_factory=list)  # reports.model.FailedRun
+    interrupted: bool = False
+
+
+def compare(names: list[str], run_args: list[str], out_dir: Path, html: Path | None, markdown: Path | None,
+            echo: Callable[[str], None]) -> Comparison:
+    """Run each backend with ``run_args``, then write the report (HTML and Markdown)."""
+    from reports.report import FailedRun, write_report
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    html = html or out_dir / f"compare-{stamp}.html"
+    result = Comparison(html, markdown or html.with_suffix(".md"))
+    for i, name in enumerate(names, 1):
+        child = bench_run(name, out_dir, run_args, echo, label=f"[{i}/{len(names)}] ")
+        if child.run_dir is not None:
+            result.run_dirs.append(str(child.run_dir))  # a failed run's partial directory is still shown
+        if child.exit_code != 0:
+            result.failures.append(FailedRun(name, child.command, child.exit_code, "\n".join(child.tail),
+                                             str(child.run_dir) if child.run_dir else None))
+            echo(f"== {name} failed (exit {child.exit_code}); continuing with the others\n")
+        if child.interrupted:
+            result.interrupted = True
+            break
+    if not result.run_dirs and not result.failures:
+        raise UsageError("no run was made")
+    write_report(result.run_dirs, result.html, result.markdown, None, result.failures)
+    return result
+
+
+def failure_error(result: Comparison, total: int) -> BenchError:
+    return BenchError(f"{len(result.failures)} of {total} runs failed: "
+                      f"{', '.join(f.scheduler for f in result.failures)} "
+                      f"(the report at {result.html} shows their output under 'Failed runs')")

@@ -1,0 +1,56 @@
+"""What a run prints: the live status line and the end-of-run table (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports import fmt
+
+
+def status_line(*, elapsed_s: float, measuring: bool, target: float, achieved: float, lag_p50_ms, lag_p99_ms,
+                missed: int, dead: float | None, toast_dead: float | None, hot: float | None) -> str:
+    parts = [
+        f"[{elapsed_s:6.1f}s {'measure' if measuring else 'warm-up'}]",
+        f"target {target:,.0f}/s achieved {achieved:,.0f}/s",
+        f"lag p50 {fmt.lag(lag_p50_ms)} p99 {fmt.lag(lag_p99_ms)}",
+        f"missed {missed}",
+    ]
+    if dead is not None:
+        parts.append(f"dead {dead:,.0f} (toast {toast_dead or 0:,.0f})")
+        parts.append(f"HOT {fmt.pct(hot, 0)}")
+    return "  ".join(parts)
+
+
+def summary_table(s: dict[str, Any]):
+    """The end-of-run table of a ``summary.json``."""
+    from rich.table import Table
+
+    t = Table(title=f"{s['scheduler']} / {s['workload_name']}", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    lag = s["lag_ms"]
+    dead = s["dead_tuples"]
+    pf = s["per_fire"]
+    per_fire = " / ".join(fmt.fixed(pf[k], "{:,.2f}") for k in ("inserts", "updates", "deletes"))
+    rows = [
+        ("complete", "yes" if s["complete"] else f"NO: {s['incomplete_reason']}"),
+        ("target rate", fmt.fixed(s["target_rate"], "{:,.1f}/s")),
+        ("achieved rate", fmt.fixed(s["achieved_rate"], "{:,.1f}/s")),
+        ("claim rate", fmt.fixed(s["claim_rate"], "{:,.1f}/s")),
+        ("measured / warm-up", f"{s['measured_s']:.1f} s / {s['warmup_s']:.1f} s"),
+        ("lag p50 / p90 / p99", " / ".join(fmt.lag(lag[k]) for k in ("p50", "p90", "p99"))),
+        ("lag p99.9 / max", f"{fmt.lag(lag['p999'])} / {fmt.lag(lag['max'])}"),
+        ("fires", f"{s['fires']:,}"),
+        ("missed", f"{s['missed']:,}"),
+        ("duplicate fires / effects", f"{s['duplicate_fires']:,} / {s['duplicate_effects']:,}"),
+        ("dead tuples peak / end", f"{fmt.fixed(dead['table_peak'])} / {fmt.fixed(dead['table_end'])}"),
+        ("TOAST dead peak / end", f"{fmt.fixed(dead['toast_peak'])} / {fmt.fixed(dead['toast_end'])}"),
+        ("HOT ratio", fmt.pct(s["hot_ratio"])),
+        ("ins / upd / del per fire", per_fire),
+        ("WAL bytes per fire", fmt.fixed(pf["wal_bytes"])),
+        ("autovacuum runs", fmt.fixed(s["autovacuum_runs"])),
+        ("table / index bytes", f"{fmt.fixed(s['table_bytes_end'])} / {fmt.fixed(s['index_bytes_end'])}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

@@ -1,0 +1,495 @@
+"""One run: replay a workload against one scheduler and record everything (``bench run``).
+
+Order of a run: the caller has resolved the workload, the scheduler's options and the servers
+(bad input fails before this, exit 2). The session creates the run directory and writes
+``config.json``, sets the scheduler up in a fresh schema, starts its workers
+(:mod:`harness.workers`: in this process, or ``bench serve`` nodes), takes the sampler's
+baseline, arms the population (sorted by first fire time, in batches, while the workers already
+claim), warms up, measures, drains (up to a grace period, until every fire due in the window has
+arrived), stops the workers gracefully, writes the missed fires, the samples and
+``summary.json``, tears down (unless ``keep``) and prints the summary.
+
+Ctrl-C or a crash of the scheduler still ends with a readable run directory: whatever was
+recorded is written and the summary says ``complete: false`` with the reason.
+
+Subclasses (the migration rehearsal, :mod:`harness.migration_run`) hook in through
+:meth:`make_scheduler`, :meth:`prepare`, :meth:`status_extra`, :meth:`after_run` and
+:meth:`print_summary`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.metadata
+import os
+import platform
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from harness import console as out
+from metrics import rundir
+
+ARM_LEAD_S = 0.5  # first fires start this long after arming begins
+STATUS_EVERY_S = 3.0
+FLUSH_EVERY_S = 1.0
+GRACEFUL_STOP_S = 15.0  # after this, a run loop that ignores ``stop`` is cancelled
+MIN_GRACE_S = 2.0  # the grace period: at least this, and at least 2x the backend's max lag
+
+
+class RunSession:
+    def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
+                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=()) -> None:
+        self.cls = cls
+        self.options = options
+        self.w = workload
+        self.dsn = dsn
+        self.temporal_address = temporal_address
+        self.out = out_dir
+        self.keep = keep
+        self.argv = argv
+        self.nodes = nodes
+        self.arm_load_per_s = arm_load_per_s
+        self.fault_specs = list(fault_specs)
+        self.console = Console(highlight=False, soft_wrap=True)
+        self.interrupted = asyncio.Event()
+        self.incomplete_reason: str | None = None
+        self.workers = None  # harness.workers.Workers
+        self.arm_load = None  # harness.arm_load.ArmLoad, with --arm-load
+        self.faults = None  # harness.faults.FaultInjector, with --fault
+
+    def say(self, message: str) -> None:
+        self.console.print(message)
+
+    # -- hooks for runs built on this one (bench migrate dry-run) ---------------------------
+
+    def make_scheduler(self, ctx):
+        from schedulers.base import create
+
+        return create(self.cls.name, ctx, **self.options)
+
+    async def prepare(self, scheduler, population, arm_start: float) -> np.ndarray | None:
+        """Before the workers start claiming; returns the population indices :meth:`_arm` still
+        arms (None: all of them)."""
+        return None
+
+    def status_extra(self) -> str:
+        """Appended to the live status line."""
+        return ""
+
+    async def after_run(self, scheduler, summary: dict[str, Any]) -> None:
+        """After summary.json is written, before teardown."""
+        return None
+
+    def print_summary(self, s: dict[str, Any]) -> None:
+        self.console.print(out.summary_table(s))
+        for warning in s["warnings"]:
+            self.say(f"warning: {warning}")
+        if s.get("faults"):
+            from harness.faults import summary_lines
+
+            for line in summary_lines(s):
+                self.say(line)
+        self.say(f"run directory: {self.run_dir}")
+
+    # -- the run directory ----------------------------------------------------------------
+
+    def _make_workers(self):
+        from harness.workers import InProcessWorkers, NodeWorkers
+
+        if not self.nodes:
+            return InProcessWorkers()
+        return NodeWorkers(self.nodes, self.cls.name, self.options, self.cls.default_options, self.w, self.schema,
+                           self.dsn, self.temporal_address, self.run_dir, self.say)
+
+    def _environment(self, pg: dict[str, Any]) -> dict[str, Any]:
+        import psutil
+
+        try:
+            version = importlib.metadata.version("timerbench")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        env = {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "memory_bytes": psutil.virtual_memory().total,
+            "postgres_version": pg.get("postgres_version"),
+            "postgres_settings": pg.get("postgres_settings"),
+            "temporal_version": None,
+            "timerbench_version": version,
+            "git_commit": _git_commit(),
+        }
+        if self.temporal_address:
+            from harness import stack
+
+            env["temporal_version"] = stack.temporal_version()
+        return env
+
+    def _config(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from harness import stack
+
+        return {
+            "scheduler": self.cls.name,
+            "options": self.options,
+            "workload": asdict(self.w),
+            "environment": self.environment,
+            "dsn": stack.redact_dsn(self.dsn) if self.dsn else None,
+            "temporal_address": self.temporal_address,
+            "started_at": self.started_at,
+            "argv": stack.redact_argv(self.argv),  # no password or token in the run directory
+            "schema": self.schema,
+            "window": self.window,
+        }
+
+    def _write_config(self) -> None:
+        rundir.write_json(self.run_dir / rundir.CONFIG, self._config())
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def main(self) -> int:
+        from loadgen.population import build
+        from metrics.sampler import describe_postgres
+        from schedulers.base import StoreContext
+
+        loop = asyncio.get_running_loop()
+        self._install_sigint(loop)
+        self.started_at = time.time()
+        self.run_dir = rundir.new_run_dir(self.out, self.cls.name, self.started_at)
+        stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(self.started_at))
+        self.schema = f"run_{stamp}_{secrets.token_hex(3)}"
+        self.window = {"arm_start": self.started_at, "measure_start": self.started_at + self.w.warmup_s,
+                       "measure_end": self.started_at + self.w.warmup_s + self.w.duration_s, "grace_s": None}
+        self.environment = self._environment({})
+        self._write_config()
+        self.recorder = self.processor = self.sampler = None
+        scheduler = None
+        exit_code = 0
+        try:
+            pg = await describe_postgres(self.dsn) if self.dsn else {}
+            self.environment = self._environment(pg)
+            population = build(self.w)
+            if self.w.trace:  # the trace fixes the population, and so the rate
+                self.w.triggers = len(population)
+                self.w.rate_per_s = population.rate_per_s()
+                self.w.fill_concurrency()
+            ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
+                               state_bytes=self.w.state_bytes)
+            scheduler = self.make_scheduler(ctx)
+            self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
+            grace = self.w.grace_s
+            if grace is None:
+                grace = max(MIN_GRACE_S, 2.0 * float(scheduler.capabilities.max_lag_s))
+                self.w.grace_s = grace
+            self.window["grace_s"] = grace
+            self._write_config()
+            self.say(f"setting up {self.cls.name} in schema {self.schema} ...")
+            await self._until_interrupted(scheduler.setup())
+            exit_code = await self._measure(scheduler, population)
+        except _Interrupted:
+            self.incomplete_reason = self.incomplete_reason or "interrupted (SIGINT)"
+            exit_code = 130
+        except Exception as exc:
+            self.incomplete_reason = f"crashed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            exit_code = 1
+            if os.environ.get("TIMERBENCH_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+        finally:
+            await self._finish(scheduler)
+        return exit_code
+
+    async def _until_interrupted(self, coro):
+        """Await ``coro`` unless Ctrl-C comes first."""
+        task = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(self.interrupted.wait())
+        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            waiter.cancel()
+            return task.result()
+        task.cancel()
+        raise _Interrupted()
+
+    async def _measure(self, scheduler, population) -> int:
+        from loadgen.processor import PollingProcessor
+        from metrics.recorder import FireRecorder
+        from metrics.sampler import Sampler
+
+        w = self.w
+        # The processor exists before the workers (nodes report their progress into it); its
+        # recorder's window is fixed once the workers are ready, just before arming.
+        self.recorder = FireRecorder(self.run_dir / rundir.FIRES, self.window["measure_start"],
+                                     self.window["measure_end"])
+        self.processor = PollingProcessor(w, population, self.recorder)
+        self.workers = self._make_workers()
+        await self._until_interrupted(self.workers.start(scheduler, self.processor))
+        if self.arm_load_per_s:
+            from harness.arm_load import ArmLoad
+
+            self.arm_load = ArmLoad(self.run_dir, self.arm_load_per_s, self.workers.env(), self.say)
+            await self.arm_load.start(self.workers.url(), w.warmup_s + w.duration_s)
+        now = time.time()
+        arm_start = now + ARM_LEAD_S
+        self.window.update(arm_start=arm_start, measure_start=arm_start + w.warmup_s,
+                           measure_end=arm_start + w.warmup_s + w.duration_s)
+        self.recorder.measure_start = self.window["measure_start"]
+        self.recorder.measure_end = self.window["measure_end"]
+        self._write_config()
+        self.sampler = Sampler(scheduler, self.recorder, self.dsn, self.run_dir)
+        await self.sampler.open()
+
+        stop = asyncio.Event()
+        tasks: dict[str, asyncio.Task] = {}
+        remaining = await self.prepare(scheduler, population, arm_start)
+        if self.fault_specs:
+            from harness.faults import FaultInjector
+
+            self.faults = FaultInjector(self.fault_specs, workers=self.workers, processor=self.processor,
+                                        window=self.window, run_dir=self.run_dir, dsn=self.dsn,
+                                        temporal_address=self.temporal_address,
+                                        max_lag_s=scheduler.capabilities.max_lag_s, say=self.say)
+        tasks["run"] = asyncio.create_task(self.workers.run(stop))
+        tasks["arm"] = asyncio.create_task(self._arm(scheduler, population, arm_start, remaining))
+        sampler_stop = asyncio.Event()
+        helpers = [asyncio.create_task(self.sampler.loop(sampler_stop)),
+                   asyncio.create_task(self._status(sampler_stop)),
+                   asyncio.create_task(self._flush(sampler_stop))]
+        if self.faults is not None:
+            helpers.append(asyncio.create_task(self.faults.loop(stop)))
+        self.say(f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
+                 f"warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s")
+        code = 0
+        try:
+            deadline = asyncio.ensure_future(asyncio.sleep(max(0.0, self.window["measure_end"] - time.time())))
+            interrupt = asyncio.ensure_future(self.interrupted.wait())
+            watch = {deadline, interrupt, tasks["run"], tasks["arm"]}
+            while True:
+                done, _ = await asyncio.wait(watch, return_when=asyncio.FIRST_COMPLETED)
+                if tasks["arm"] in done and tasks["arm"].exception() is None:
+                    watch.discard(tasks["arm"])  # arming finished; keep running
+                    if not (done - {tasks["arm"]}):
+                        continue
+                break
+            for f in (deadline, interrupt):
+                f.cancel()
+            if interrupt in done or self.interrupted.is_set():
+                self.incomplete_reason = "interrupted (SIGINT)"
+                code = 130
+            for name in ("run", "arm"):
+                t = tasks[name]
+                if t in done and t.exception() is not None:
+                    exc = t.exception()
+                    self.incomplete_reason = f"{'scheduler' if name == 'run' else 'arming'} crashed: {type(exc).__name__}: {exc}"
+                    code = 1
+                elif name == "run" and t in done:
+                    self.incomplete_reason = "the scheduler's run loop returned before stop was set"
+                    code = 1
+            if self.incomplete_reason:
+                self.window["measure_end"] = min(self.window["measure_end"], time.time())
+                self.recorder.measure_end = self.window["measure_end"]
+                # no time to drain: only fires due a grace period before the stop count as missed
+                self.window["missed_before"] = self.window["measure_end"] - self.window["grace_s"]
+            else:
+                await self._drain(tasks["run"])
+        finally:
+            stop.set()
+            tasks["arm"].cancel()
+            if self.arm_load is not None:
+                await self.arm_load.stop()  # before the nodes it arms through stop
+            try:
+                await asyncio.wait_for(asyncio.shield(tasks["run"]), GRACEFUL_STOP_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                tasks["run"].cancel()
+                self.say(f"warning: the run loop did not stop within {GRACEFUL_STOP_S:g} s; cancelled it")
+            except BaseException:
+                pass
+            await asyncio.gather(tasks["run"], tasks["arm"], return_exceptions=True)
+            await self.workers.stop()
+            sampler_stop.set()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            try:
+                await self.sampler.sample()  # the state at the end
+            except Exception:
+                pass
+        return code
+
+    async def _drain(self, run_task: asyncio.Task) -> None:
+        """After the measured window, give every fire due in it up to ``grace_s`` to arrive.
+
+        The scheduler keeps running; fires received now are recorded but lie outside the
+        window. Ends as soon as nothing due before the window's end is outstanding, so a
+        healthy backend adds well under a second; what is still outstanding at the end of the
+        grace period is missed.
+        """
+        end = self.window["measure_end"]
+        limit = end + self.window["grace_s"]
+        while time.time() < limit and not self.interrupted.is_set() and not run_task.done():
+            await self.workers.progress()
+            if len(self.processor.outstanding(end)) == 0:
+                break
+            await asyncio.sleep(0.1)
+        self.window["drained_s"] = max(0.0, time.time() - end)
+        if self.interrupted.is_set() or run_task.done():
+            # the drain was cut short: judge only fires that had their full grace period
+            self.window["missed_before"] = min(end, time.time() - self.window["grace_s"])
+        else:
+            self.window["missed_before"] = end
+
+    async def _arm(self, scheduler, population, arm_start: float, only: np.ndarray | None = None) -> None:
+        from schedulers.base import Timer
+
+        due = arm_start + population.first_fire_s
+        order = np.argsort(due, kind="stable")
+        if only is not None:  # prepare() armed the others already
+            order = only[np.argsort(due[only], kind="stable")]
+        ids, tenants = population.ids, population.tenants
+        step = max(1, int(self.w.arm_batch))
+        for lo in range(0, len(order), step):
+            idx = order[lo:lo + step]
+            fire_at = np.round(due[idx], 6)
+            timers = [Timer(ids[i], f, "poll", tenants[i]) for i, f in zip(idx.tolist(), fire_at.tolist())]
+            armed_at = time.time()
+            self.processor.note_armed(idx, fire_at, armed_at)
+            await scheduler.arm(timers)
+            await asyncio.sleep(0)  # let the run loop claim between arm batches
+        # The population and the store's entries live for the whole run: move them out of the
+        # collector's sight, or each full collection walks them all (100+ ms pauses at 300k
+        # timers, which would show up as lag).
+        gc.collect()
+        gc.freeze()
+
+    async def _flush(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), FLUSH_EVERY_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+            await self.recorder.maybe_flush(time.time())
+
+    async def _status(self, stop: asyncio.Event) -> None:
+        last_rows, last_t = self.recorder.rows, time.time()
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
+                return
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+            await self.workers.progress()
+            now = time.time()
+            rows = self.recorder.rows
+            rate = (rows - last_rows) / max(1e-6, now - last_t)
+            last_rows, last_t = rows, now
+            latest = self.sampler.latest
+            line = out.status_line(
+                elapsed_s=now - self.window["arm_start"], measuring=now >= self.window["measure_start"],
+                target=self.w.rate_per_s, achieved=rate, lag_p50_ms=latest.get(("run", "lag_p50_ms")),
+                lag_p99_ms=latest.get(("run", "lag_p99_ms")),
+                missed=len(self.processor.outstanding(now - self.window["grace_s"])),
+                dead=self.sampler.relation_total("n_dead_tup"),
+                toast_dead=self.sampler.relation_total("n_dead_tup", toast=True), hot=self.sampler.relation_ratio())
+            self.say(line + self.workers.status() + self.status_extra())
+
+    async def _finish(self, scheduler) -> None:
+        complete = self.incomplete_reason is None
+        if not complete:  # stopped early, wherever that happened
+            self.window["measure_end"] = min(self.window["measure_end"], time.time())
+        # a run that failed before its workers ran (a node never got ready, Ctrl-C while
+        # waiting) must leave no node or locust process behind; a no-op after _measure
+        if self.arm_load is not None:
+            await self.arm_load.stop()
+        if self.workers is not None:
+            await self.workers.stop()
+        extra: dict[str, Any] = {}
+        if self.sampler is not None:  # the run measured (a recorder without a sampler never armed)
+            cutoff = self.window.get("missed_before", self.window["measure_end"] - self.window["grace_s"])
+            self.window["missed_before"] = cutoff
+            self.recorder.close(self.processor.missed_table(cutoff, self.window["measure_start"]))
+            try:
+                await self.sampler.close()
+            except Exception:
+                pass
+            self.sampler.save()
+            extra = await self.workers.collect(self.run_dir, self.window["measure_start"], self.say)
+            if self.arm_load is not None:
+                extra["arm_load"], warnings = self.arm_load.summary()
+                extra.setdefault("warnings", []).extend(warnings)
+        else:
+            if self.recorder is not None:
+                self.recorder.close(None)
+            self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
+        self._write_config()
+        summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
+        summary["warnings"].extend(extra.pop("warnings", []))
+        summary.update(extra)
+        if self.faults is not None:
+            from metrics.faults import fault_summary
+
+            self.faults.write()
+            summary["faults"] = fault_summary(self.run_dir)
+        if self.sampler is not None:
+            summary["warnings"].extend(self._recording_warnings())
+        rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+        if scheduler is not None and self.sampler is not None:
+            try:
+                await self.after_run(scheduler, summary)
+            except Exception as exc:
+                self.say(f"warning: after-run step failed: {type(exc).__name__}: {exc}")
+                if os.environ.get("TIMERBENCH_DEBUG"):
+                    raise
+        if scheduler is not None:
+            try:
+                await asyncio.wait_for(scheduler.teardown(drop=not self.keep), 60)
+                if self.keep and self.dsn:
+                    self.say(f"kept schema {self.schema}")
+            except Exception as exc:
+                self.say(f"warning: teardown failed: {type(exc).__name__}: {exc}")
+        self.print_summary(summary)
+
+    def _recording_warnings(self) -> list[str]:
+        out_: list[str] = []
+        if self.recorder.late_effects:
+            out_.append(f"{self.recorder.late_effects} effects were committed more than a few seconds after their fire")
+        if self.recorder.unmatched_commits:
+            out_.append(f"{self.recorder.unmatched_commits} committed effects could not be matched to a received fire")
+        if self.processor.unknown:
+            out_.append(f"{self.processor.unknown} fires for timer ids outside the population")
+        if self.sampler.errors:
+            out_.append(f"{self.sampler.errors} samples incomplete (last: {self.sampler.last_error})")
+        return out_
+
+    def _install_sigint(self, loop: asyncio.AbstractEventLoop) -> None:
+        def on_sigint() -> None:
+            if self.interrupted.is_set():  # a second Ctrl-C: stop waiting for a clean finish
+                loop.remove_signal_handler(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                return
+            self.say("interrupted: stopping and writing the run directory (Ctrl-C again to abandon)")
+            self.interrupted.set()
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        res = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return res.stdout.strip() or None
+    except Exception:
+        return None

@@ -1,0 +1,276 @@
+"""``bench sweep``: each backend's maximum sustainable fire rate, beside the database's own ceiling.
+
+For each backend the rates run in ascending order, each as its own child ``bench run --rate R``
+(:mod:`harness.child`), into ``runs/sweep-<timestamp>/``. A backend stops at the first rate it
+cannot hold; its maximum sustainable rate is the last rate it held (the OpenMessaging
+Benchmark's rate search, stepping up a fixed list instead of bisecting). Whether a rate is held
+is the pure rule of :mod:`harness.sweep_rule`.
+
+Before the backends, pgbench runs pg_leased's claim-and-re-arm SQL against the same server
+(``loadgen/pgbench``): the ceiling each backend's rate is shown against. ``sweep.json`` is
+rewritten after every run, so an interrupted sweep still leaves what it measured; the HTML and
+Markdown reports (``bench report`` of the sweep's runs, with a sweep section) come last.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.child import bench_run
+from harness.errors import BenchError
+from harness.stack import redact_argv
+from harness.sweep_rule import (MAX_LAG, MAX_OFFERED_SHORTFALL, RATE_HELD_SHARE, WARMUP_MAX_LAG_FACTOR, judge,
+                                max_sustainable, offered_rate, rate_key, slo_for, warmup_for, writes_per_fire)
+from metrics import rundir
+
+# Short defaults so a sweep of every backend finishes in minutes on a 2-core machine.
+DEFAULT_DURATION = "30s"
+DEFAULT_WARMUP = "10s"
+# The harness-ceiling preset (10-20 s poll intervals, a 2 ms provider) with the seeds' 4 kB
+# poll state (seeds/003: wide, TOASTed rows). Short intervals keep the population (rate x mean
+# interval) at 5,000/s to 75,000 triggers and make every trigger fire several times in a short
+# run; the fast provider keeps the simulated provider's tail out of the scheduler's lag (with the
+# production preset's 900 ms p99 poll, a batch lasts as long as its slowest poll and even the
+# in-memory scheduler shows ~1 s p99 lag at 500/s: that measures the provider, not the store).
+DEFAULT_WORKLOAD = "ceiling"
+DEFAULT_WORKLOAD_ARGS = ["--state-size", "4096"]
+
+
+@dataclass
+class SweepPlan:
+    names: list[str]
+    rates: list[float]
+    slo_spec: str
+    slo_ms: float  # the p99 SLO of every backend without an override
+    slo_overrides: dict[str, float | str]
+    duration: str
+    warmup: str
+    warmup_s: float
+    workload: str | None  # None: the ceiling preset with 4 kB state
+    extra_args: list[str] = field(default_factory=list)  # passed to every bench run
+    out_dir: Path = Path("runs")
+    retries: int = 1
+    pgbench: bool = True
+    pgbench_s: float = 10.0
+    dsn: str | None = None
+    temporal_address: str | None = None
+    command: list[str] = field(default_factory=list)  # as given, for sweep.json
+
+
+@dataclass
+class SweepResult:
+    data: dict[str, Any]
+    path: Path  # sweep.json
+    html: Path | None
+    interrupted: bool
+
+
+def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
+    from reports.report import FailedRun, write_report
+
+    # Workload overrides given as extra options (--interval, --state-size, ...) reach bench run
+    # after these, and a later option wins there.
+    workload_args = (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
+                     else ["--workload", plan.workload])
+    passthrough = [*workload_args, "--duration", plan.duration]
+    for flag, value in (("--dsn", plan.dsn), ("--temporal-address", plan.temporal_address)):
+        if value is not None:
+            passthrough += [flag, value]
+    passthrough += list(plan.extra_args)
+
+    started = time.time()
+    sweep_dir = _new_sweep_dir(plan.out_dir, started)
+    extra = f" {' '.join(plan.extra_args)}" if plan.extra_args else ""
+    data: dict[str, Any] = {
+        "started_at": started,
+        "finished_at": None,
+        "complete": False,
+        "command": ["bench", *redact_argv(plan.command)],
+        "rates": plan.rates,
+        "slo_p99_ms": plan.slo_ms,
+        "slo_spec": plan.slo_spec,
+        "retries": plan.retries,
+        "duration": plan.duration,
+        "warmup": plan.warmup,
+        "warmup_rule": (f"each backend warms up for --warmup or {WARMUP_MAX_LAG_FACTOR:g} x its declared max lag, "
+                        "whichever is longer (backends[name].warmup_s)"),
+        "workload": {"args": workload_args + list(plan.extra_args),
+                     "note": " ".join(["preset", DEFAULT_WORKLOAD, "(poll intervals 10s..20s, 2 ms provider)",
+                                       *DEFAULT_WORKLOAD_ARGS] if plan.workload is None else [plan.workload]) + extra},
+        "run_args": redact_argv(passthrough),
+        "rule": (f"rates in ascending order; a backend stops at the first rate not held: incomplete run, "
+                 f"achieved < {100 * RATE_HELD_SHARE:.0f}% of the target (of the offered rate, fires due in the window "
+                 f"per second, when the closed-loop workload offered up to {100 * MAX_OFFERED_SHORTFALL:.0f}% less), "
+                 f"any missed fire, or p99 lag over the backend's SLO ({plan.slo_spec}); a rate not held is run again "
+                 f"up to {plan.retries} more time(s) and counts as held if any run held. Maximum sustainable rate: the "
+                 f"last rate held."),
+        "pgbench": None,
+        "backends": {},
+    }
+    path = sweep_dir / rundir.SWEEP
+    rundir.write_json(path, data)
+    echo(f"sweep {sweep_dir}: {', '.join(plan.names)} at {', '.join(rate_key(r) for r in plan.rates)} fires/s; "
+         f"workload: {data['workload']['note']}; {plan.duration} measured + {plan.warmup} warm-up per rate\n")
+
+    data["pgbench"] = _ceiling(plan, sweep_dir, echo)
+    rundir.write_json(path, data)
+
+    failures: list[FailedRun] = []
+    run_dirs: list[str] = []
+    interrupted = False
+    for name in plan.names:
+        max_lag_s = _declared_max_lag_s(name, None)
+        backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides, max_lag_s)
+        backend_warmup_s = warmup_for(plan.warmup_s, max_lag_s)
+        backend: dict[str, Any] = {"rates": {}, "max_sustainable_rate": None, "stopped_at": None, "stop_reason": None,
+                                   "fraction_of_ceiling": None, "slo_p99_ms": backend_slo_ms, "slo_source": slo_source,
+                                   "declared_max_lag_s": max_lag_s, "warmup_s": backend_warmup_s}
+        data["backends"][name] = backend
+        entries: list[dict[str, Any]] = []
+        for rate in plan.rates:
+            earlier: list[dict[str, Any]] = []  # attempts before the last (retries of a rate not held)
+            for attempt in range(1 + plan.retries):
+                again = f" (retry {attempt} of {plan.retries})" if attempt else ""
+                child = bench_run(name, sweep_dir, ["--rate", f"{rate:g}/s", "--warmup", f"{backend_warmup_s:g}s",
+                                                    *passthrough], echo, label=f"{name} at {rate:g}/s{again}: ")
+                interrupted = child.interrupted
+                summary = None
+                if child.run_dir is not None:
+                    run_dirs.append(str(child.run_dir))
+                    try:
+                        summary = rundir.read_summary(child.run_dir)
+                    except (OSError, ValueError):
+                        summary = None
+                if child.exit_code != 0:
+                    failures.append(FailedRun(name, child.command, child.exit_code, "\n".join(child.tail),
+                                              str(child.run_dir) if child.run_dir else None))
+                if child.run_dir is not None and plan.slo_overrides.get(name) == MAX_LAG:
+                    # the bound of the options the run really used (--opt may change it)
+                    backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides,
+                                                         _declared_max_lag_s(name, child.run_dir))
+                    backend.update(slo_p99_ms=backend_slo_ms, slo_source=slo_source)
+                offered = offered_rate(child.run_dir) if child.run_dir is not None else None
+                held, why = judge(summary, rate, backend_slo_ms, child.exit_code, offered)
+                entry = _entry(rate, child.run_dir, child.exit_code, summary, held, why)
+                entry["slo_p99_ms"] = backend_slo_ms
+                entry["offered"] = offered
+                entry["earlier_attempts"] = earlier
+                if held or interrupted or attempt == plan.retries:
+                    break
+                echo(f"== {name} at {rate:g}/s: not held ({why}); trying it again\n")
+                earlier = earlier + [{k: v for k, v in entry.items() if k != "earlier_attempts"}]
+            entries.append(entry)
+            backend["rates"][rate_key(rate)] = entry
+            backend["max_sustainable_rate"] = max_sustainable(entries)
+            ceiling = (data["pgbench"] or {}).get("rows_per_s")
+            if backend["max_sustainable_rate"] is not None and ceiling:
+                backend["fraction_of_ceiling"] = backend["max_sustainable_rate"] / ceiling
+            rundir.write_json(path, data)
+            echo(f"== {name} at {rate:g}/s: " + ("held" if held else f"NOT held ({why})") + "\n")
+            if not held:
+                backend["stopped_at"] = rate
+                backend["stop_reason"] = why
+                break
+            if interrupted:
+                break
+        if backend["stopped_at"] is None and not interrupted:
+            backend["stop_reason"] = f"held every rate up to {rate_key(plan.rates[-1])}/s (the ceiling is higher)"
+        rundir.write_json(path, data)
+        if interrupted:
+            break
+
+    data["finished_at"] = time.time()
+    data["complete"] = not interrupted
+    html, md = sweep_dir / "report.html", sweep_dir / "report.md"
+    data["report"] = {"html": str(html), "markdown": str(md)}
+    rundir.write_json(path, data)
+    if run_dirs:
+        write_report(run_dirs, html, md, failures=failures)
+    return SweepResult(data, path, html if run_dirs else None, interrupted)
+
+
+def _new_sweep_dir(out_dir: Path, started: float) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started))
+    sweep_dir = out_dir / f"sweep-{stamp}"
+    n = 2
+    while sweep_dir.exists():
+        sweep_dir = out_dir / f"sweep-{stamp}-{n}"
+        n += 1
+    sweep_dir.mkdir(parents=True)
+    return sweep_dir
+
+
+def _declared_max_lag_s(name: str, run_dir: Path | None) -> float | None:
+    """The backend's declared max lag (``capabilities.max_lag_s``) for the options a run used
+    (its config.json), or for its defaults; None when it cannot be built offline. Building a
+    scheduler connects to nothing (``setup()`` does)."""
+    from schedulers.base import StoreContext, scheduler_class
+
+    options: dict[str, Any] | None = None
+    if run_dir is not None:
+        try:
+            options = rundir.read_config(run_dir).get("options")
+        except (OSError, ValueError):
+            options = None
+    try:
+        cls = scheduler_class(name)
+        probe = StoreContext(dsn="postgresql://127.0.0.1:1/probe", schema="sweep_probe", temporal_address="127.0.0.1:1")
+        for opts in ([options] if options else []) + [dict(cls.default_options)]:
+            try:
+                return float(cls(probe, **opts).capabilities.max_lag_s)
+            except Exception:
+                continue
+    except Exception:
+        return None
+    return None
+
+
+def _entry(rate: float, made: Path | None, code: int, summary: dict[str, Any] | None, held: bool, why: str | None) -> dict[str, Any]:
+    s = summary or {}
+    lag = s.get("lag_ms") or {}
+    return {
+        "rate": rate,
+        "run_dir": str(made) if made else None,
+        "exit_code": code,
+        "achieved": s.get("achieved_rate"),
+        "p50_ms": lag.get("p50"),
+        "p99_ms": lag.get("p99"),
+        "max_ms": lag.get("max"),
+        "missed": s.get("missed"),
+        "writes_per_fire": writes_per_fire(s) if s else None,
+        "wal_bytes_per_fire": (s.get("per_fire") or {}).get("wal_bytes"),
+        "held": held,
+        "reason": why,
+    }
+
+
+def _ceiling(plan: SweepPlan, sweep_dir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The pgbench ceiling as sweep.json holds it; ``skipped`` says why when there is none."""
+    if not plan.pgbench:
+        return {"skipped": "disabled by --no-pgbench", "rows_per_s": None, "results": []}
+    from harness import stack
+    from loadgen import pgbench
+
+    try:
+        resolved = stack.resolve(plan.dsn, None, False, say=lambda m: echo(f"note: {m}\n")).dsn
+    except BenchError as exc:
+        return {"skipped": f"no Postgres for pgbench: {exc}", "rows_per_s": None, "results": []}
+    try:
+        bin_dir = stack.pg_bin_dir()
+    except BenchError:
+        bin_dir = None
+    ceiling = pgbench.measure(resolved, pgbench.find_pgbench(bin_dir), sweep_dir, duration_s=plan.pgbench_s,
+                              say=lambda m: echo(f"== {m}\n"))
+    result = ceiling.to_json()
+    result["command"] = redact_argv(result.get("command") or [])
+    if ceiling.skipped:
+        echo(f"== pgbench ceiling skipped: {ceiling.skipped}\n")
+    else:
+        for r in ceiling.results:
+            echo(f"== pgbench batch {r.batch}: " + (f"error: {r.error}" if r.error else
+                 f"{r.tps:,.1f} tps x {r.batch} = {r.tps_x_batch:,.0f} rows/s; re-armed {r.rearmed_per_s:,.0f} rows/s")
+                 + "\n")
+    return result

@@ -1,0 +1,172 @@
+"""The sweep's stop rule, pure (``tests/unit/test_sweep_rule.py``): when a rate is held, what the
+maximum sustainable rate is, the SLO each backend is judged by."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from metrics.rundir import RATE_HELD_SHARE  # achieved below 95% of target is not held
+
+MAX_OFFERED_SHORTFALL = 0.10  # the workload may offer up to 10% less than the target without blame (see judge)
+DEFAULT_RATES = "300,556,1000,2000,5000"
+
+
+
+# A backend that batches due timers for up to its max lag (temporal_shards: MaxLag 10 s,
+# seeds/003) is not in steady state until that long after its first fires: a shorter warm-up
+# undercounts its achieved rate (fires due in the window arrive after it). Its warm-up is
+# therefore at least this many times its declared max lag.
+WARMUP_MAX_LAG_FACTOR = 1.5
+
+
+def warmup_for(warmup_s: float, max_lag_s: float | None) -> float:
+    """The warm-up of one backend's runs, seconds: --warmup, or longer for a long max lag."""
+    if max_lag_s is None:
+        return warmup_s
+    return max(warmup_s, WARMUP_MAX_LAG_FACTOR * float(max_lag_s))
+
+
+def parse_rates(text: str) -> list[float]:
+    """``300,556/s,1000`` -> [300.0, 556.0, 1000.0], ascending, duplicates dropped. ValueError."""
+    from loadgen.rates import parse_rate
+
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"invalid --rates {text!r}: give comma-separated fire rates such as {DEFAULT_RATES}")
+    return sorted({parse_rate(p) for p in parts})
+
+
+MAX_LAG = "max-lag"
+# seeds/003: pg_queue's scheduler wakes once a second and temporal_shards batches due timers for
+# up to MaxLag (10 s) by design; a 1 s p99 would judge those designs, not their capacity. Issue 11
+# sets their targets accordingly (temporal_shards: "lag within MaxLag plus poll time").
+DEFAULT_SLO = f"1s,pg_queue={MAX_LAG},temporal_shards={MAX_LAG}"
+
+
+def parse_slo(text: str) -> tuple[float, dict[str, float | str]]:
+    """``1s,temporal_shards=max-lag,pg_queue=2s`` -> (1000.0, {"temporal_shards": "max-lag",
+    "pg_queue": 2000.0}): the p99 SLO in ms for every backend, then per-backend overrides (a
+    duration, or ``max-lag``: the backend's own declared bound, ``capabilities.max_lag_s``)."""
+    from loadgen.rates import parse_duration
+
+    default_ms: float | None = None
+    overrides: dict[str, float | str] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        name, eq, value = part.partition("=")
+        target = value.strip() if eq else name.strip()
+        if target == MAX_LAG:
+            parsed: float | str = MAX_LAG
+        else:
+            try:
+                parsed = parse_duration(target) * 1000.0
+            except ValueError:
+                raise ValueError(f"invalid --slo-p99 part {part!r}; use a duration (1s, 250ms), "
+                                 f"NAME=duration or NAME={MAX_LAG}, comma-separated") from None
+            if parsed <= 0:
+                raise ValueError(f"invalid --slo-p99 part {part!r}: the SLO must be positive")
+        if eq:
+            overrides[name.strip()] = parsed
+        elif parsed == MAX_LAG:
+            raise ValueError(f"invalid --slo-p99 {text!r}: the first part is the SLO for every backend, "
+                             f"a duration such as 1s; {MAX_LAG} goes with a name (temporal_shards={MAX_LAG})")
+        else:
+            default_ms = float(parsed)
+    if default_ms is None:
+        raise ValueError(f"invalid --slo-p99 {text!r}: give the SLO for every backend first, e.g. {DEFAULT_SLO}")
+    return default_ms, overrides
+
+
+def slo_for(name: str, default_ms: float, overrides: dict[str, float | str], max_lag_s: float | None) -> tuple[float, str]:
+    """(p99 SLO in ms, where it comes from) for one backend."""
+    value = overrides.get(name)
+    if value is None:
+        return default_ms, "--slo-p99"
+    if value == MAX_LAG:
+        if max_lag_s is None:
+            return default_ms, f"--slo-p99 (the declared max lag of {name} is unknown)"
+        return float(max_lag_s) * 1000.0, f"{name}'s declared max lag (capabilities.max_lag_s)"
+    return float(value), f"--slo-p99 {name}="
+
+
+def writes_per_fire(summary: dict[str, Any]) -> float | None:
+    """Row writes (inserts + updates + deletes of the scheduler's tables) per fire; None without tables."""
+    pf = summary.get("per_fire") or {}
+    parts = [pf.get(k) for k in ("inserts", "updates", "deletes")]
+    if all(p is None for p in parts):
+        return None
+    return float(sum(p or 0.0 for p in parts))
+
+
+def judge(summary: dict[str, Any] | None, target: float, slo_p99_ms: float, exit_code: int = 0,
+          offered: float | None = None) -> tuple[bool, str | None]:
+    """(held, why not). The order of the reasons is the order they are checked.
+
+    ``offered``: fires per second the workload made due in the measured window. The polling
+    workload is closed-loop (a trigger's next fire is armed from when its poll ran, as in
+    seeds/003), so a backend's own lag lowers the load it is offered (a backend batching for
+    up to 10 s serves triggers every interval + lag), and a synthetic population's due rate
+    wanders a few percent over a short window. Throughput is therefore judged against 95% of
+    the offered rate when that is below the target by at most ``MAX_OFFERED_SHORTFALL``, else
+    against 95% of the target; lag is judged by the SLO and saturation by missed fires."""
+    if summary is None:
+        return False, f"no summary (bench run exited {exit_code})"
+    if not summary.get("complete", False):
+        return False, f"incomplete: {summary.get('incomplete_reason') or 'stopped early'}"
+    if exit_code != 0:
+        return False, f"bench run exited {exit_code}"
+    achieved = summary.get("achieved_rate")
+    # Relief is bounded: an offered rate far below the target means the backend's own lag
+    # throttled the closed loop (a saturated backend lowers its own load); the target stands then.
+    relieved = offered is not None and (1 - MAX_OFFERED_SHORTFALL) * target <= offered < target
+    bar = offered if relieved else target
+    if achieved is None or achieved < RATE_HELD_SHARE * bar:
+        got = "nothing" if achieved is None else f"{achieved:,.1f}/s"
+        of = f"{target:,.0f}/s" + (f" (offered {offered:,.1f}/s)" if relieved else "")
+        return False, f"rate not held: achieved {got} of {of} (needs {100 * RATE_HELD_SHARE:.0f}%)"
+    missed = int(summary.get("missed") or 0)
+    if missed > 0:
+        return False, f"{missed:,} missed fires"
+    p99 = (summary.get("lag_ms") or {}).get("p99")
+    if p99 is None:
+        return False, "no lag measured"
+    if p99 > slo_p99_ms:
+        return False, f"p99 lag {p99:,.1f} ms over the SLO of {slo_p99_ms:,.0f} ms"
+    return True, None
+
+
+def offered_rate(run_dir: Path) -> float | None:
+    """Distinct (timer_id, due_at) due in the run's measured window, per second (missed ones
+    included): the load the workload really offered."""
+    import numpy as np
+
+    from metrics import rundir
+
+    try:
+        window = rundir.read_config(run_dir).get("window") or {}
+        start, end = float(window["measure_start"]), float(window["measure_end"])
+        fires = rundir.read_fires(run_dir)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if end <= start or len(fires) == 0:
+        return None
+    due = fires.column("due_at").to_numpy(zero_copy_only=False).astype(np.float64)
+    ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object)
+    sel = (due >= start) & (due < end)
+    return (int(sel.sum()) - rundir.duplicates(ids[sel], due[sel])) / (end - start)
+
+
+def max_sustainable(entries: list[dict[str, Any]]) -> float | None:
+    """The highest rate held before the first rate not held (rates ascending); None if the first failed."""
+    best = None
+    for e in sorted(entries, key=lambda e: e["rate"]):
+        if not e["held"]:
+            break
+        best = e["rate"]
+    return best
+
+
+def rate_key(rate: float) -> str:
+    return f"{rate:g}"

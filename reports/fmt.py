@@ -1,0 +1,65 @@
+"""How a figure is written, for the reports and the terminal alike: one module, one marker for a
+figure that is missing or does not apply (:data:`MISSING`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "—"
+
+
+def missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def num(x: Any) -> str:
+    """Adaptive precision: thousands separators from 1,000, three significant figures below 1,
+    so close values stay distinct."""
+    if missing(x):
+        return MISSING
+    x = float(x)
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if a >= 1000:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def fixed(x: Any, pattern: str = "{:,.0f}", none: str = MISSING) -> str:
+    """``pattern.format(x)``, or ``none`` (:data:`MISSING` unless told)."""
+    return none if missing(x) else pattern.format(x)
+
+
+def pct(ratio: Any, digits: int = 1) -> str:
+    """A ratio (0.123) as a percentage (12.3%)."""
+    return MISSING if missing(ratio) else f"{100 * float(ratio):.{digits}f}%"
+
+
+def ms(v: Any) -> str:
+    """Milliseconds, adaptive precision (``20.00 ms``, ``1,074 ms``)."""
+    return MISSING if missing(v) else f"{num(v)} ms"
+
+
+def lag(v: Any) -> str:
+    """A lag in milliseconds, in seconds from ten seconds up (``412.3 ms``, ``48.9 s``)."""
+    if missing(v):
+        return MISSING
+    v = float(v)
+    return f"{v:,.1f} ms" if v < 10_000 else f"{v / 1000:,.1f} s"
+
+
+def human_bytes(n: Any) -> str:
+    if missing(n):
+        return MISSING
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover

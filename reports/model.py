@@ -1,0 +1,50 @@
+"""The report model: the runs, Table 1, the figures, the narrative and any failed runs, built once;
+the writers (:mod:`reports.html`, :mod:`reports.markdown`) render it and import nothing back."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from reports.load import Run
+from reports.narrative import Sentence, sentences
+from reports.plots import Figure, render_figures
+from reports.tables import SummaryTable, build_summary_table
+
+
+@dataclass
+class FailedRun:
+    """A run that ``bench compare`` started and that failed: shown in the report, never hidden."""
+
+    scheduler: str
+    command: list[str]
+    exit_code: int
+    output_tail: str
+    run_dir: str | None = None
+
+
+@dataclass
+class Report:
+    runs: list[Run]
+    table: SummaryTable
+    narrative: list[Sentence]
+    figures: list[Figure] = field(default_factory=list)
+    failures: list[FailedRun] = field(default_factory=list)
+    generated_at: str = ""
+
+    @property
+    def baseline(self) -> Run | None:
+        return self.runs[self.table.baseline] if self.runs else None
+
+
+def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
+                 with_figures: bool = True) -> Report:
+    table = build_summary_table(runs, baseline)
+    return Report(
+        runs=runs,
+        table=table,
+        narrative=sentences(table) if runs else [],
+        figures=render_figures(runs) if (with_figures and runs) else [],
+        failures=list(failures or []),
+        generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    )
