@@ -20,6 +20,7 @@ def env_up(no_temporal: bool) -> None:
     click.echo(f"postgres  {stack.redact_dsn(s.dsn)}")
     if s.temporal_address:
         click.echo(f"temporal  {s.temporal_address}")
+    click.echo("the stack stays up for the next command; `bench env down` stops it")
 
 
 @env.command("down")
@@ -39,4 +40,10 @@ def env_status() -> None:
     pg = stack.postgres()
     tp = stack.temporal()
     click.echo(f"postgres  {pg.dsn()}  {'running' if pg.running() else 'stopped'}  (data: {pg.data})")
+    if pg.running():
+        from metrics.extensions import extensions
+
+        found = extensions(pg.dsn()).values()
+        click.echo("          Postgres " + pg.version() + "; extensions: "
+                   + ", ".join(f"{e.name} {e.version}" if e.usable else f"{e.name} not available ({e.missing})" for e in found))
     click.echo(f"temporal  {tp.address()}  {'running' if tp.running() else 'stopped'}  (db: {tp.db})")

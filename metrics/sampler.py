@@ -46,6 +46,7 @@ PG_SETTINGS = [
     "track_wal_io_timing", "wal_level", "synchronous_commit", "fsync", "work_mem",
     "maintenance_work_mem", "effective_cache_size", "max_connections", "random_page_cost",
     "vacuum_cost_limit", "vacuum_cost_delay", "default_statistics_target", "jit", "server_version",
+    "shared_preload_libraries", "pg_stat_statements.track",
 ]
 DELTA_METRICS = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "autovacuum_count", "vacuum_count")
 GAUGE_METRICS = ("n_live_tup", "n_dead_tup", "table_bytes", "index_bytes")
