@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The main job on the embedded defaults.
+# The main job on the embedded defaults. The stack stays up for the next command (said at the end,
+# whether the comparison succeeded or not); `make stack-down` or `.venv/bin/bench env down` stops it.
 run: install
 	$(BIN)/bench env up
-	$(BIN)/bench compare --workload production --duration 60s --warmup 20s -o runs/report.html
-	@echo "results: runs/report.html (open it in a browser) and one run directory per scheduler under runs/"
+	@$(BIN)/bench compare --workload production --duration 60s --warmup 20s -o runs/report.html; status=$$?; \
+	if [ $$status -eq 0 ]; then echo "results: runs/report.html (open it in a browser) and one run directory per scheduler under runs/"; fi; \
+	echo "the embedded Postgres and Temporal are still running for the next command; stop them with: $(BIN)/bench env down"; \
+	exit $$status
 
 # The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
+# The session stops the embedded servers it started; ones already running stay up.
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE tests
 

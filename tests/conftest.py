@@ -1,8 +1,10 @@
 """Shared fixtures: the real stack, started once per test session, and a schema per test.
 
 Set ``TIMERBENCH_DSN`` / ``TIMERBENCH_TEMPORAL`` to test against existing servers; otherwise
-the embedded Postgres and Temporal dev server are started (and left running for the next
-session; ``bench env down`` stops them).
+the embedded Postgres and Temporal dev server are started on first use. At the end of the
+session the embedded servers it started are stopped (whether a fixture or a ``bench`` subprocess
+started them); the ones already running when it began stay up, so a stack brought up by
+``bench env up`` or ``make run`` survives ``make test``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,25 @@ from psycopg import sql
 
 from harness import stack as stack_mod
 from schedulers.base import StoreContext
+
+
+_RUNNING_AT_START: dict[str, bool] = {}
+
+
+def _embedded() -> dict[str, object]:
+    return {"postgres": stack_mod.postgres(), "temporal": stack_mod.temporal()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    for name, server in _embedded().items():
+        _RUNNING_AT_START[name] = server.running()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Temporal first: its workers may still hold Postgres connections (stack.down's order).
+    for name, server in reversed(list(_embedded().items())):
+        if not _RUNNING_AT_START.get(name, True):
+            server.stop()  # a no-op when nothing runs; also ends a server that never got ready
 
 
 @pytest.fixture(scope="session")
