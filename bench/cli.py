@@ -28,6 +28,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "compare": "bench.compare_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",
     "serve": "bench.serve_cmd:serve",
+    "inspect": "bench.inspect_cmd:inspect",
+    "capture": "bench.capture_cmd:capture",
 }
 
 

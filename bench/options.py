@@ -14,6 +14,19 @@ def stack_options(f):
     return f
 
 
+def owntable_options(f):
+    """``--dsn``, ``--table`` and the read-only safeguards of ``bench inspect`` and ``bench capture``."""
+    f = click.option("--lock-timeout", default="1s", show_default=True,
+                     help="lock_timeout of every statement: the longest wait for a lock.")(f)
+    f = click.option("--statement-timeout", default="5s", show_default=True,
+                     help="statement_timeout of every statement (one statement per transaction, so also the "
+                          "longest any lock is held).")(f)
+    f = click.option("--table", required=True, help="SCHEMA.TABLE, as SQL would name it (quote mixed case).")(f)
+    f = click.option("--dsn", envvar="TIMERBENCH_DSN", default=None,
+                     help="Postgres connection string of the table's database (default: the embedded server).")(f)
+    return f
+
+
 _WORKLOAD = {
     "workload": ("--workload", "A preset name or a YAML file (default: production)."),
     "rate": ("--rate", "Steady-state fire rate: 556/s, 33360/min or 556. The population follows it."),

@@ -1,0 +1,332 @@
+"""Which of the seeds' failure signatures an inspected table shows, each with the figure behind
+it, and which design of the toolkit addresses it (citing measured runs when some are given).
+
+The five signatures are the parts of seeds/003's "MVCC doom loop": delete+reinsert churn, a low
+HOT ratio on a table with many indexes, wide rows stored out of line in TOAST, a vacuum horizon
+held by a long transaction, and a due-work scan walking dead tuples. Each finding is ``shown``
+True or False from its figure, or None when the figure could not be read (no watch window, no
+updates in it, no privilege); the thresholds below say where each line is drawn and why.
+
+Pure: works on the ``inspect.json`` dictionary and :class:`reports.load.Run` objects only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reports import fmt
+
+# -- where the lines are drawn ----------------------------------------------------------------
+# Churn: every live row deleted and re-inserted at least once an hour, deletes and inserts
+# balanced (a table that only grows or only drains is not re-arming). Our line; seeds/003 re-armed
+# every row every minute or two (60-120 s intervals).
+CHURN_REPLACED_PER_ROW_PER_H = 1.0
+CHURN_BALANCE = (0.5, 2.0)  # deletes / inserts
+# HOT: seeds/003 measured 18% of updates HOT with six indexes; after the move, 100%.
+LOW_HOT_RATIO = 0.5
+MANY_INDEXES = 4  # seeds/003 had six; the designs here keep 2-3 per table
+# TOAST: bytes stored out of line per live row. A row's values go out of line only once the row
+# passes ~2 KB (TOAST_TUPLE_THRESHOLD), so 1 KiB per row on average means most rows do.
+WIDE_TOAST_BYTES_PER_ROW = 1024
+# Due scan: dead versions outnumbering live rows (seeds/003: 872M dead against 99k live), an
+# index handing back several entries per live row it leads to, or a due query touching several
+# buffers per row it returns.
+DEAD_PER_LIVE = 1.0
+ENTRIES_PER_ROW_FETCHED = 2.0
+BUFFERS_PER_DUE_ROW = 3.0
+
+SIGNATURES = {
+    "delete_reinsert_churn": "delete+reinsert churn",
+    "low_hot_many_indexes": "low HOT ratio with many indexes",
+    "wide_toasted_rows": "wide TOASTed rows",
+    "horizon_held": "vacuum horizon held",
+    "due_scan_dead_tuples": "due-work scan walking dead tuples",
+}
+
+SEED_FIGURE = {
+    "delete_reinsert_churn": "seeds/003: each poll deleted its row and inserted the next run "
+                             "(four writes per poll: an insert, two updates, a delete)",
+    "low_hot_many_indexes": "seeds/003: 18% of updates HOT, six indexes",
+    "wide_toasted_rows": "seeds/003: wide rows, large encrypted columns stored out of line in TOAST",
+    "horizon_held": "seeds/003: a long transaction or an idle session with an open transaction kept "
+                    "the queue's dead tuples from being reclaimed",
+    "due_scan_dead_tuples": "seeds/003: 872M dead tuples against 99k live rows; the due query walked an "
+                            "index full of dead entries",
+}
+
+# Which design addresses each signature, and how (the designs' own docstrings and the seeds).
+ADDRESSED_BY = {
+    "delete_reinsert_churn": [
+        ("pg_leased", "rows are updated in place and never deleted per fire (seeds/000, seeds/001)"),
+        ("temporal_shards", "timers live in shard workflows; the trigger row is read and written by key, "
+                            "never deleted per fire (seeds/003)"),
+    ],
+    "low_hot_many_indexes": [
+        ("temporal_shards", "no index on the fire time and fillfactor 50 on the trigger table: seeds/003 "
+                            "measured 100% HOT updates after the move"),
+        ("pg_leased", "wide state in its own table updated by key (split_state) and fillfactor knobs; its "
+                      "schedule table still changes indexed columns on every claim "
+                      "(schedulers/pg_leased/MEASUREMENTS.md)"),
+    ],
+    "wide_toasted_rows": [
+        ("pg_leased", "state in its own table, kept inline and written only when it changed (split_state, "
+                      "inline_state, skip_unchanged_state; schedulers/pg_leased/MEASUREMENTS.md)"),
+        ("temporal_shards", "state committed by key and skipped when the poll cursor did not change "
+                            "(seeds/003's next step, built in)"),
+    ],
+    "horizon_held": [
+        ("temporal_shards", "the dispatch path never scans Postgres by due time, so a held horizon no longer "
+                            "slows the ticks (seeds/003); the holder still needs ending"),
+        ("pg_leased", "claim transactions are tiny: claim, commit, then execute (seeds/000: 'long "
+                      "transactions are poison')"),
+    ],
+    "due_scan_dead_tuples": [
+        ("temporal_shards", "the next due timer comes from a min-heap in a shard workflow: no due-time scan "
+                            "of Postgres at all (seeds/003)"),
+        ("pg_leased", "a partial index on scheduled rows and in-place updates keep the scanned range small "
+                      "(seeds/000)"),
+    ],
+}
+
+
+@dataclass
+class Finding:
+    key: str
+    name: str
+    shown: bool | None  # None: the figure could not be read
+    figure: str  # the sentence with the numbers behind the verdict
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seed: str = ""
+    addressed_by: list[dict[str, str]] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # sentences citing --compare runs
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diagnose(data: dict[str, Any], runs: list | None = None) -> list[Finding]:
+    """Every signature, in seeds/003's order, shown or not, with its figure."""
+    runs = runs or []
+    findings = [_churn(data), _hot(data), _toast(data), _horizon(data), _due_scan(data)]
+    for f in findings:
+        f.name = SIGNATURES[f.key]
+        f.seed = SEED_FIGURE[f.key]
+        f.addressed_by = [{"design": d, "how": how} for d, how in ADDRESSED_BY[f.key]]
+        f.measured = measured(f.key, runs) if runs else []
+    return findings
+
+
+def _table_churn(data: dict[str, Any]) -> dict[str, Any] | None:
+    churn = data.get("churn") or {}
+    return churn.get("table")
+
+
+def _live_rows(data: dict[str, Any]) -> float | None:
+    """Live rows: pgstattuple's count when it ran (n_live_tup is an estimate that drifts under
+    churn), else pg_stat_all_tables' n_live_tup at the window's end, else the planner's."""
+    bloat = data.get("bloat") or {}
+    if bloat.get("method", "").startswith(("exact", "approximate")):
+        return (bloat.get("heap") or {}).get("tuple_count")
+    c = _table_churn(data) or {}
+    return c.get("live_rows_end") or data["shape"].get("row_estimate")
+
+
+def _churn(data: dict[str, Any]) -> Finding:
+    c = _table_churn(data)
+    if not c:
+        return Finding("delete_reinsert_churn", "", None, "no watch window: churn not measured")
+    ins, dels, upd = c["inserts_per_s"], c["deletes_per_s"], c["updates_per_s"]
+    live = _live_rows(data) or 0
+    replaced = min(ins, dels)
+    per_row_per_h = (replaced * 3600.0 / live) if live else None
+    balanced = ins > 0 and CHURN_BALANCE[0] <= dels / ins <= CHURN_BALANCE[1]
+    shown = bool(balanced and per_row_per_h is not None and per_row_per_h >= CHURN_REPLACED_PER_ROW_PER_H)
+    figure = (f"{fmt.num(ins)} inserts/s, {fmt.num(dels)} deletes/s and {fmt.num(upd)} updates/s against "
+              f"{fmt.fixed(live)} live rows over {fmt.num(c['window_s'])} s")
+    if replaced > 0 and live:
+        figure += (f": every row deleted and re-inserted about every {fmt.num(live / replaced)} s "
+                   f"({fmt.num(per_row_per_h)} times an hour)")
+        if ins:
+            figure += f", with {fmt.num(upd / ins)} updates per re-insert"
+    return Finding("delete_reinsert_churn", "", shown, figure,
+                   {"inserts_per_s": ins, "deletes_per_s": dels, "updates_per_s": upd, "live_rows": live,
+                    "replaced_per_row_per_h": per_row_per_h})
+
+
+def _hot(data: dict[str, Any]) -> Finding:
+    c = _table_churn(data)
+    n_indexes = data["shape"]["index_count"]
+    if not c:
+        return Finding("low_hot_many_indexes", "", None,
+                       f"{n_indexes} indexes; no watch window: HOT ratio not measured", {"indexes": n_indexes})
+    hot, upd = c["hot_ratio"], c["updates"]
+    non_hot_writes = c["inserts"] + c["updates"] - c["hot_updates"]
+    index_entries_per_s = non_hot_writes * n_indexes / c["window_s"] if c["window_s"] else None
+    evidence = {"hot_ratio": hot, "updates": upd, "indexes": n_indexes, "index_entries_per_s": index_entries_per_s}
+    if hot is None:
+        return Finding("low_hot_many_indexes", "", None,
+                       f"no updates in the window, so no HOT ratio; {n_indexes} indexes", evidence)
+    shown = hot < LOW_HOT_RATIO and n_indexes >= MANY_INDEXES
+    figure = (f"HOT {fmt.pct(hot)} of {fmt.fixed(upd)} updates on a table with {n_indexes} indexes: each insert and "
+              f"non-HOT update adds an entry to all {n_indexes}, about {fmt.num(index_entries_per_s)} index entries/s")
+    return Finding("low_hot_many_indexes", "", shown, figure, evidence)
+
+
+def _toast(data: dict[str, Any]) -> Finding:
+    shape, bloat = data["shape"], data.get("bloat") or {}
+    toast_exact = (bloat.get("toast") or {}).get("tuple_len")
+    heap_exact = bloat.get("heap") or {}
+    live = heap_exact.get("tuple_count")
+    if toast_exact is not None and live:
+        per_row, source = toast_exact / live, f"live TOAST bytes per live row, {bloat['method']}"
+    else:
+        rows = _live_rows(data)
+        per_row = (shape["toast_bytes"] / rows) if rows else None
+        source = "TOAST table size per live row (dead chunks included)"
+    evidence = {"toast_bytes_per_row": per_row, "source": source, "toast_bytes": shape["toast_bytes"],
+                "heap_bytes": shape["heap_bytes"]}
+    if per_row is None:
+        return Finding("wide_toasted_rows", "", None, "row count unknown: TOAST width per row not computed", evidence)
+    figure = (f"{fmt.human_bytes(per_row)} stored out of line per live row ({source}); TOAST "
+              f"{fmt.human_bytes(shape['toast_bytes'])} beside a {fmt.human_bytes(shape['heap_bytes'])} heap")
+    toast_churn = (data.get("churn") or {}).get("toast")
+    if toast_churn:
+        figure += (f"; the TOAST table took {fmt.num(toast_churn['inserts_per_s'])} chunk inserts/s and "
+                   f"{fmt.num(toast_churn['deletes_per_s'])} chunk deletes/s")
+        evidence["toast_inserts_per_s"] = toast_churn["inserts_per_s"]
+        evidence["toast_deletes_per_s"] = toast_churn["deletes_per_s"]
+    return Finding("wide_toasted_rows", "", per_row >= WIDE_TOAST_BYTES_PER_ROW, figure, evidence)
+
+
+def naptime_s(settings: dict[str, str]) -> float:
+    """autovacuum_naptime in seconds as the server reported it ("60 s"); 60 when unreadable."""
+    try:
+        value, _, unit = settings.get("autovacuum_naptime", "60 s").partition(" ")
+        return float(value) * {"ms": 0.001, "s": 1.0, "min": 60.0}.get(unit or "s", 1.0)
+    except ValueError:
+        return 60.0
+
+
+def _horizon(data: dict[str, Any]) -> Finding:
+    h = data.get("horizon") or {}
+    limit = naptime_s(data.get("settings") or {})
+    holders = [x for x in h.get("holders", []) if x.get("age_s") is not None and x["kind"] != "autovacuum worker"]
+    evidence = {"naptime_s": limit, "holders": holders[:5], "idle_in_transaction": h.get("idle_in_transaction"),
+                "hidden_sessions": h.get("hidden_sessions")}
+    c = _table_churn(data)
+    died = f"; {fmt.fixed(c['dead_created'])} row versions of this table died in the window" if c else ""
+    if holders:
+        top = holders[0]
+        shown = top["age_s"] >= limit
+        approx = "about " if top["age_estimated"] else ""
+        pid = f" (pid {top['pid']})" if top.get("pid") else ""
+        where = "" if top.get("same_database") in (True, None) else " in another database (the horizon is per cluster)"
+        figure = (f"oldest holder: {top['kind']}{pid}{where}, {approx}{fmt.num(top['age_s'])} s old "
+                  f"({fmt.fixed(top['xid_age'])} transactions behind), against autovacuum_naptime {fmt.num(limit)} s"
+                  f"{died}")
+        if h.get("idle_in_transaction"):
+            figure += f"; {h['idle_in_transaction']} session(s) idle in transaction"
+        return Finding("horizon_held", "", shown, figure, evidence)
+    behind, est = h.get("oldest_running_xid_behind"), h.get("oldest_running_age_s_estimated")
+    unaged = [x for x in h.get("holders", []) if x.get("age_s") is None]
+    if unaged:
+        oldest = max(x["xid_age"] or 0 for x in unaged)
+        return Finding("horizon_held", "", None,
+                       f"{len(unaged)} holder(s) whose age this role cannot read (the oldest "
+                       f"{fmt.fixed(oldest)} transactions behind, {unaged[0]['kind']}) and no transaction-id rate to "
+                       f"estimate it from{died}", evidence)
+    if h.get("hidden_sessions"):
+        if est is not None and est >= limit:
+            return Finding("horizon_held", "", True,
+                           f"no visible holder, but the oldest running transaction is {fmt.fixed(behind)} transactions "
+                           f"behind (about {fmt.num(est)} s at the window's rate); {h['hidden_sessions']} "
+                           f"session(s) of other roles are hidden from this role{died}", evidence)
+        return Finding("horizon_held", "", None,
+                       f"{h['hidden_sessions']} session(s) of other roles are hidden from this role; the oldest running "
+                       f"transaction is {fmt.fixed(behind)} transactions behind", evidence)
+    return Finding("horizon_held", "", False, f"nothing held the horizon in {h.get('samples', 0)} samples{died}",
+                   evidence)
+
+
+def _due_scan(data: dict[str, Any]) -> Finding:
+    due = data.get("due_scan")
+    if not due:
+        return Finding("due_scan_dead_tuples", "", None, "no due column: the due-work query was not examined")
+    c = _table_churn(data) or {}
+    bloat = data.get("bloat") or {}
+    heap = bloat.get("heap") or {}
+    if bloat.get("method", "").startswith(("exact", "approximate")):
+        live, dead, source = heap.get("tuple_count"), heap.get("dead_tuple_count"), bloat["method"]
+    else:
+        live, dead, source = c.get("live_rows_end"), c.get("dead_rows_end"), "pg_stat_all_tables estimate"
+        if live is None:
+            live, dead = heap.get("tuple_count"), heap.get("dead_tuple_count")
+    ratio = (dead / live) if (live and dead is not None) else None
+    plan = due.get("plan") or {}
+    idx_window = next((i for i in (data.get("churn") or {}).get("indexes", []) if i["index"] == due.get("due_index")),
+                      None)
+    per_fetch, per_fetch_what = None, ""
+    if idx_window and idx_window["entries_per_row_fetched"] is not None:
+        per_fetch, per_fetch_what = idx_window["entries_per_row_fetched"], "entries per live row fetched"
+    elif idx_window and idx_window["entries_read"] and c.get("deletes"):
+        # A queue that deletes what fired finds each fired row once with a due scan; its index
+        # fetch counter stays 0 when those scans lock rows or run as bitmap scans.
+        per_fetch = idx_window["entries_read"] / c["deletes"]
+        per_fetch_what = "entries per deleted (fired) row, each assumed found once by a due scan"
+    analysed = due.get("analyze") or {}
+    per_row = analysed.get("buffers_per_row")
+    access = plan.get("node_types", [])
+    path = (f"{'Index Scan using ' + plan['index_used'] if plan.get('index_used') else ' / '.join(access)}"
+            if plan else "plan not read")
+    parts = [f"the due query on {due['due_column']}{' (guessed)' if due.get('guessed') else ''} ({path})"]
+    if ratio is not None:
+        parts.append(f"walks a table of {fmt.fixed(dead)} dead against {fmt.fixed(live)} live rows "
+                     f"({fmt.num(ratio)} dead per live, {source})")
+    if per_fetch is not None:
+        parts.append(f"{due['due_index']}'s scans read {fmt.fixed(idx_window['entries_read'])} entries in the window, "
+                     f"{fmt.num(per_fetch)} {per_fetch_what}")
+    if per_row is not None:
+        parts.append(f"EXPLAIN ANALYZE: {fmt.num(per_row)} buffers per due row, {fmt.ms(analysed.get('execution_ms'))}")
+    evidence = {"dead_per_live": ratio, "index_entries_per_due_row": per_fetch, "buffers_per_due_row": per_row,
+                "index_used": plan.get("index_used"), "node_types": access}
+    signals = [ratio is not None and ratio >= DEAD_PER_LIVE,
+               per_fetch is not None and per_fetch >= ENTRIES_PER_ROW_FETCHED,
+               per_row is not None and per_row >= BUFFERS_PER_DUE_ROW]
+    known = ratio is not None or per_fetch is not None or per_row is not None
+    return Finding("due_scan_dead_tuples", "", any(signals) if known else None, "; ".join(parts), evidence)
+
+
+# -- measured runs ------------------------------------------------------------------------------
+
+
+def measured(key: str, runs: list) -> list[str]:
+    """One sentence per run that bears on the signature, from its summary.json."""
+    out = []
+    for r in runs:
+        s = r.summary or {}
+        if not s:
+            continue
+        pf, dead = s.get("per_fire") or {}, s.get("dead_tuples") or {}
+        lag = (s.get("lag_ms") or {}).get("p99")
+        if key == "delete_reinsert_churn":
+            fig = (f"{fmt.fixed(pf.get('inserts'), '{:,.2f}')} inserts / {fmt.fixed(pf.get('updates'), '{:,.2f}')} updates / "
+                   f"{fmt.fixed(pf.get('deletes'), '{:,.2f}')} deletes per fire")
+        elif key == "low_hot_many_indexes":
+            fig = f"HOT {fmt.pct(s.get('hot_ratio'))}"
+        elif key == "wide_toasted_rows":
+            fig = (f"TOAST dead peak {fmt.fixed(dead.get('toast_peak'))}, "
+                   f"{fmt.human_bytes(pf.get('wal_bytes'))} WAL per fire")
+        elif key == "horizon_held":
+            holds = [f for f in (s.get("faults") or []) if f.get("kind") == "hold-snapshot" and f.get("fired")]
+            if holds:
+                h = holds[0]
+                fig = (f"under --fault {h['spec']}: lag peak {fmt.lag(h.get('lag_peak_ms'))}, "
+                       f"{fmt.fixed(h.get('late_fires'))} late fires; dead tuples peak {fmt.fixed(dead.get('table_peak'))}")
+            else:
+                fig = (f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)} "
+                       f"(no hold-snapshot fault in this run; `bench run --fault hold-snapshot@10s:60s` measures it)")
+        else:
+            fig = f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)}"
+        out.append(f"{r.label or r.scheduler} ({r.path}): {fig}")
+    return out
