@@ -2,7 +2,9 @@
 
 Fields follow DESIGN.md "The workload". In YAML every duration may be written as ``90s``,
 ``5m``, ``250ms`` or a bare number of seconds, a rate as ``556/s``, ``33360/min`` or ``556``,
-and the interval as ``60s..120s``. The resolved :class:`Workload` holds plain numbers only (the
+and the interval as ``60s..120s``. A relative ``trace`` in a YAML file is relative to that file
+(``bench capture`` writes ``trace.csv`` beside its ``workload.yaml``); ``--trace`` on the command
+line is relative to the working directory. The resolved :class:`Workload` holds plain numbers only (the
 names carry the units) and is what ``config.json`` records, every field.
 
 ``rate`` is the steady-state fire rate; the trigger population is derived from it (or the rate
@@ -222,6 +224,9 @@ def load(spec: str | None) -> Workload:
         raise ValueError(f"workload file {spec} must be a mapping of fields")
     data = dict(data)
     data.setdefault("name", path.stem)
+    trace = data.get("trace")
+    if trace and not Path(str(trace)).is_absolute():
+        data["trace"] = str(path.parent / str(trace))  # a file's trace is relative to the file (bench capture)
     return from_mapping(data)
 
 
