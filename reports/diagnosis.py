@@ -13,6 +13,7 @@ Pure: works on the ``inspect.json`` dictionary and :class:`reports.load.Run` obj
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from reports import fmt
@@ -277,8 +278,8 @@ def _due_scan(data: dict[str, Any]) -> Finding:
     analysed = due.get("analyze") or {}
     per_row = analysed.get("buffers_per_row")
     access = plan.get("node_types", [])
-    path = (f"{'Index Scan using ' + plan['index_used'] if plan.get('index_used') else ' / '.join(access)}"
-            if plan else "plan not read")
+    via = next((a for a in plan.get("access", []) if a.get("index")), None)
+    path = (f"{via['node']} using {via['index']}" if via else " / ".join(access)) if plan else "plan not read"
     parts = [f"the due query on {due['due_column']}{' (guessed)' if due.get('guessed') else ''} ({path})"]
     if ratio is not None:
         parts.append(f"walks a table of {fmt.fixed(dead)} dead against {fmt.fixed(live)} live rows "
@@ -301,7 +302,8 @@ def _due_scan(data: dict[str, Any]) -> Finding:
 
 
 def measured(key: str, runs: list) -> list[str]:
-    """One sentence per run that bears on the signature, from its summary.json."""
+    """One sentence per run that bears on the signature, from its summary.json (the runs' paths
+    are listed once, under the diagnosis)."""
     out = []
     for r in runs:
         s = r.summary or {}
@@ -328,5 +330,7 @@ def measured(key: str, runs: list) -> list[str]:
                        f"(no hold-snapshot fault in this run; `bench run --fault hold-snapshot@10s:60s` measures it)")
         else:
             fig = f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)}"
-        out.append(f"{r.label or r.scheduler} ({r.path}): {fig}")
+        name = Path(r.path).name
+        who = r.label or r.scheduler
+        out.append(f"{who}: {fig}" if name.endswith(who) or not name else f"{who} ({name}): {fig}")
     return out

@@ -29,6 +29,7 @@ SQL_PATH = Path(__file__).with_name("legacy_app.sql")
 TABLE = "poll_jobs"
 TICK_S = 0.1  # the tick when nothing more is due
 BLOB_BYTES = 4096  # incompressible: stored out of line (seeds/003's encrypted poll state)
+SEED_CHUNK = 5000  # rows per seeding statement
 
 
 @dataclass
@@ -73,8 +74,11 @@ class LegacyApp:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
             conn.execute(self.q["create_table"])
             conn.execute(self.q["create_indexes"])
-            conn.execute(self.q["seed_rows"], {"keys": keys, "accounts": accounts, "first_s": first,
-                                               "every": self.every, "blobs": blobs})
+            for i in range(0, len(keys), SEED_CHUNK):
+                part = slice(i, i + SEED_CHUNK)
+                conn.execute(self.q["seed_rows"], {"keys": keys[part], "accounts": accounts[part],
+                                                   "first_s": first[part], "every": self.every[part],
+                                                   "blobs": blobs[part]})
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, TABLE)))
 
     def start(self) -> None:
@@ -117,12 +121,14 @@ def main() -> None:
     p.add_argument("--triggers", type=int, default=2000)
     p.add_argument("--every", default="2..6", help="period range in whole seconds, LOW..HIGH")
     p.add_argument("--seconds", type=float, default=600.0)
+    p.add_argument("--attach", action="store_true", help="run the loop on the table a previous run created")
     a = p.parse_args()
     lo, _, hi = a.every.partition("..")
     app = LegacyApp(a.dsn, a.schema, a.triggers, (int(lo), int(hi or lo)))
-    app.create()
-    print(f"{app.table}: {a.triggers} triggers, offered {app.offered_rate_per_s():.1f} fires/s; running {a.seconds:g} s",
-          flush=True)
+    if not a.attach:
+        app.create()
+        print(f"{app.table}: {a.triggers} triggers, offered {app.offered_rate_per_s():.1f} fires/s", flush=True)
+    print(f"{app.table}: running the loop for {a.seconds:g} s", flush=True)
     app.start()
     try:
         time.sleep(a.seconds)

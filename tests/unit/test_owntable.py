@@ -89,9 +89,10 @@ def test_horizon_held_longer_than_the_naptime_is_shown_with_its_holder():
 
 def test_due_scan_reads_dead_per_live_index_entries_and_buffers():
     due = {"due_column": "run_after", "guessed": False, "due_index": "jobs_run_after",
-           "plan": {"node_types": ["Limit", "Index Scan"], "index_used": "jobs_run_after"}}
+           "plan": {"node_types": ["Limit", "Index Only Scan"], "index_used": "jobs_run_after",
+                    "access": [{"node": "Index Only Scan", "index": "jobs_run_after", "estimated_rows": 800}]}}
     f = finding(inspection(live=1000, dead=5000, due=due), "due_scan_dead_tuples")
-    assert f.shown is True and "5.00 dead per live" in f.figure
+    assert f.shown is True and "5.00 dead per live" in f.figure and "Index Only Scan using jobs_run_after" in f.figure
     assert finding(inspection(live=1000, dead=100, due=due), "due_scan_dead_tuples").shown is False
     # a queue that deletes what fired: entries read per deleted row, when the index fetched none
     idx = [{"index": "jobs_run_after", "entries_read": 12_000, "rows_fetched": 0, "entries_per_row_fetched": None}]
@@ -111,8 +112,7 @@ def test_measured_runs_are_cited_with_their_figures():
                                                 "faults": [{"kind": "hold-snapshot", "fired": True,
                                                             "spec": "hold-snapshot@10s:60s", "lag_peak_ms": 9000.0,
                                                             "late_fires": 0}]})]
-    assert measured("low_hot_many_indexes", runs) == ["pg_queue (runs/a-pg_queue): HOT 3.7%",
-                                                      "temporal_shards (runs/b-temporal_shards): HOT 100.0%"]
+    assert measured("low_hot_many_indexes", runs) == ["pg_queue: HOT 3.7%", "temporal_shards: HOT 100.0%"]
     assert "1.02 inserts / 1.97 updates / 0.97 deletes per fire" in measured("delete_reinsert_churn", runs)[0]
     horizon = measured("horizon_held", runs)
     assert "no hold-snapshot fault" in horizon[0] and "under --fault hold-snapshot@10s:60s" in horizon[1]
