@@ -179,7 +179,8 @@ def _watch(opened: OpenTable, shape: dict[str, Any], watch_s: float, say) -> tup
 def _track_vacuum(seen: dict[int, dict[str, Any]], p: dict[str, Any], ref) -> None:
     now = time.time()
     which = {ref.relid: "table", ref.toast_relid: "TOAST table"}.get(p["relid"], "a relation hidden from this role")
-    entry = seen.setdefault(p["pid"], {"relation": which, "first_seen_s": now, "phases": []})
+    entry = seen.setdefault(p["pid"], {"relation": which, "first_seen_s": now, "phases": [], "samples": 0})
+    entry["samples"] += 1
     entry["last_seen_s"] = now
     entry["seen_for_s"] = now - entry["first_seen_s"]
     if p["phase"] not in entry["phases"]:

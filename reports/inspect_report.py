@@ -134,7 +134,8 @@ def markdown(d: dict[str, Any]) -> str:
                 f"({fmt.num(i['entries_per_scan'])} per scan), {fmt.fixed(i['rows_fetched'])} rows fetched"
                 for i in busy)]
         for v in churn.get("vacuums_seen") or []:
-            lines.append(f"- a vacuum ran on the {v['relation']} for at least {fmt.num(v['seen_for_s'])} s "
+            lines.append(f"- a vacuum ran on the {v['relation']}, seen in {v['samples']} sample(s) over "
+                         f"{fmt.num(v['seen_for_s'])} s "
                          f"(phases {', '.join(v['phases'])}; heap blocks {fmt.fixed(v.get('heap_blks_scanned'))}"
                          f"/{fmt.fixed(v.get('heap_blks_total'))} scanned)")
     else:

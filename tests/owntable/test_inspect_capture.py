@@ -294,3 +294,11 @@ def test_inspect_unknown_table_is_one_line_and_exit_2(pg_dsn, tmp_path):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "not found" in lines[0] and "--table SCHEMA.TABLE" in lines[0], lines
+
+
+def test_inspect_compare_must_name_runs(pg_dsn, tmp_path):
+    res = bench("inspect", "--dsn", pg_dsn, "--table", "pg_catalog.pg_class", "--watch", "0s",
+                "--compare", str(tmp_path / "no-runs-here"), "-o", str(tmp_path / "i"), timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --compare: no run directory at"), lines
