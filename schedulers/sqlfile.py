@@ -2,8 +2,11 @@
 
 A file holds blocks headed ``-- name: claim_due`` (River's sqlc convention); the lines up to the
 next header are the statement. ``{schema}`` in a block is replaced by the quoted schema name via
-:mod:`psycopg.sql`, never by string formatting; values always travel as bind parameters
-(``%(name)s``). Literal braces in SQL must be doubled (``'{{}}'``).
+:mod:`psycopg.sql`, never by string formatting; a block may also name a table by placeholder
+(``{schedule}``), rendered as the schema-qualified identifier the caller binds it to, so one
+statement can run against several tables (pg_partitioned claims from each partition with
+pg_leased's ``claim_due``). Values always travel as bind parameters (``%(name)s``). Literal
+braces in SQL must be doubled (``'{{}}'``).
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ def load_blocks(path: str | Path) -> dict[str, str]:
 
 
 class Queries:
-    """The named statements of one ``.sql`` file, bound to one schema."""
+    """The named statements of one ``.sql`` file, bound to one schema and to the tables its
+    placeholders name (``tables``: placeholder -> table name in ``schema``)."""
 
-    def __init__(self, path: str | Path, schema: str) -> None:
+    def __init__(self, path: str | Path, schema: str, **tables: str) -> None:
         self.path = Path(path)
         self.schema = schema
+        identifiers = {name: sql.Identifier(schema, table) for name, table in tables.items()}
         self._rendered = {
-            name: sql.SQL(body).format(schema=sql.Identifier(schema))
+            name: sql.SQL(body).format(schema=sql.Identifier(schema), **identifiers)
             for name, body in load_blocks(self.path).items()
         }
 

@@ -49,13 +49,13 @@ _PROCESSED = re.compile(r"number of transactions actually processed: (\d+)")
 
 
 def claim_sql() -> str:
-    """pg_leased's ``claim_due`` as a pgbench statement: ``{schema}.`` dropped (pgbench runs with
-    the ceiling's schema first on its search_path), ``%(name)s`` turned into ``:name`` variables
-    (set with ``-D``), the owner into one per client."""
+    """pg_leased's ``claim_due`` as a pgbench statement: ``{schema}.`` dropped and ``{schedule}``
+    made ``schedule`` (pgbench runs with the ceiling's schema first on its search_path),
+    ``%(name)s`` turned into ``:name`` variables (set with ``-D``), the owner into one per client."""
     from schedulers.sqlfile import load_blocks
 
     body = load_blocks(PG_LEASED_QUERIES)["claim_due"]
-    body = body.replace("{schema}.", "").replace("{{", "{").replace("}}", "}")
+    body = body.replace("{schedule}", "schedule").replace("{schema}.", "").replace("{{", "{").replace("}}", "}")
     body = body.replace("%(owner)s", OWNER_EXPR)
     body = re.sub(r"%\((\w+)\)[sbt]", r":\1", body)  # %(x)s, %(x)b (binary), %(x)t
     return body.rstrip().rstrip(";") + ";"

@@ -57,6 +57,7 @@ HOT-friendliness knobs (all options, all recorded in ``self.options``):
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter
 import os
@@ -183,10 +184,10 @@ class PgLeasedScheduler:
         unknown = set(options) - set(self.default_options)
         if unknown:
             raise ValueError(
-                f"unknown pg_leased option(s) {sorted(unknown)}; valid: {', '.join(sorted(self.default_options))}"
+                f"unknown {self.name} option(s) {sorted(unknown)}; valid: {', '.join(sorted(self.default_options))}"
             )
         if not ctx.dsn:
-            raise ValueError("pg_leased needs a Postgres DSN (StoreContext.dsn is empty)")
+            raise ValueError(f"{self.name} needs a Postgres DSN (StoreContext.dsn is empty)")
         self.ctx = ctx
         self.options = {**self.default_options, **options}
         o = self.options
@@ -202,9 +203,9 @@ class PgLeasedScheduler:
         self.split_state = bool(o["split_state"])
         self.skip_unchanged_state = bool(o["skip_unchanged_state"])
         if self.batch < 1 or self.max_per_tenant < 1 or self.tenant_scan < 1:
-            raise ValueError("pg_leased: batch, max_per_tenant and tenant_scan must be >= 1")
+            raise ValueError(f"{self.name}: batch, max_per_tenant and tenant_scan must be >= 1")
         if not 0 < float(o["heartbeat_fraction"]) < 1:
-            raise ValueError(f"pg_leased: heartbeat_fraction must be in (0, 1), got {o['heartbeat_fraction']}")
+            raise ValueError(f"{self.name}: heartbeat_fraction must be in (0, 1), got {o['heartbeat_fraction']}")
         self.capabilities = Capabilities(
             # A due row waits at most one tick for the next claim; the rest is claim, state
             # fetch and queueing behind in-flight batches in normal (not overloaded) operation.
@@ -213,9 +214,10 @@ class PgLeasedScheduler:
             heartbeat_leases=True,
             redelivery_s=self.lease_s + self.sweep_s + self.tick_s,
         )
-        self.q = Queries(QUERIES_SQL, ctx.schema)
+        self.q = Queries(QUERIES_SQL, ctx.schema, schedule="schedule")
         self._pool: AsyncConnectionPool | None = None
         self._wake = asyncio.Event()
+        self.claim_statements = 0  # claim statements run, empty ones included
         self.claims = 0  # claim statements that returned rows
         self.claimed = 0  # rows claimed
         self.fires = 0  # rows committed (re-armed or finished)
@@ -230,7 +232,7 @@ class PgLeasedScheduler:
     async def _pool_(self) -> AsyncConnectionPool:
         if self._pool is None:
             self._pool = await open_pool(
-                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name=f"pg_leased-{self.ctx.schema}"
+                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name=f"{self.name}-{self.ctx.schema}"
             )
         return self._pool
 
@@ -245,16 +247,24 @@ class PgLeasedScheduler:
             "autovacuum_cost_delay_ms": float(o["autovacuum_cost_delay_ms"]),
         }
 
+    def _schema_blocks(self) -> dict[str, str]:
+        """The blocks of ``schema.sql`` that setup runs, in order (one of the autovacuum pair)."""
+        skip = "autovacuum_server_defaults" if self.options["autovacuum_tuned"] else "autovacuum_tuned"
+        return {name: body for name, body in load_blocks(SCHEMA_SQL).items() if name != skip}
+
+    def _render(self, body: str, schema: str, **tables: str) -> sql.Composed:
+        """One schema block for ``schema``, ``tables`` binding its table placeholders."""
+        params = {k: sql.Literal(v) for k, v in self._schema_params().items()}
+        identifiers = {name: sql.Identifier(schema, table) for name, table in tables.items()}
+        return sql.SQL(body).format(schema=sql.Identifier(schema), **identifiers, **params)
+
     async def setup(self) -> None:
         pool = await self._pool_()
-        params = {k: sql.Literal(v) for k, v in self._schema_params().items()}
-        skip = "autovacuum_server_defaults" if self.options["autovacuum_tuned"] else "autovacuum_tuned"
         async with pool.connection() as conn:
             async with conn.transaction():
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.ctx.schema)))
-                for name, body in load_blocks(SCHEMA_SQL).items():
-                    if name != skip:
-                        await conn.execute(sql.SQL(body).format(schema=sql.Identifier(self.ctx.schema), **params))
+                for body in self._schema_blocks().values():
+                    await conn.execute(self._render(body, self.ctx.schema, schedule="schedule", state="state"))
 
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.ctx.dsn:
@@ -318,6 +328,7 @@ class PgLeasedScheduler:
             "in_flight": float(in_flight),
             "expired_leases": float(expired),
             "oldest_due_s": float(oldest_due_s),
+            "claim_statements": float(self.claim_statements),
             "claims": float(self.claims),
             "claimed": float(self.claimed),
             "fires": float(self.fires),
@@ -342,6 +353,8 @@ class PgLeasedScheduler:
         ]
         batch_no = 0
 
+        statements = itertools.cycle(self._claim_statements())  # the claim loops take them in turn
+
         async def claim_loop() -> None:
             nonlocal batch_no
             while not stop.is_set():
@@ -353,11 +366,11 @@ class PgLeasedScheduler:
                 number = batch_no  # taken before the await: the other claimers share the counter
                 batch_no += 1
                 try:
-                    claimed = await self._claim(owner, number)
+                    claimed = await self._claim(next(statements), owner, number)
                     self.last_tick_at = time.time()
                 except Exception:
                     slots.release()
-                    log.exception("pg_leased %s: claim failed; retrying after a tick", owner)
+                    log.exception("%s %s: claim failed; retrying after a tick", self.name, owner)
                     await self._nap(stop)
                     continue
                 if not claimed:
@@ -386,6 +399,11 @@ class PgLeasedScheduler:
             for k in keepers:
                 k.cancel()
 
+    def _claim_statements(self) -> list[sql.Composed]:
+        """The claim statements the claim loops take in turn: ``claim_due`` on the one schedule
+        table (pg_partitioned: one per partition)."""
+        return [self.q["claim_due"]]
+
     def _maybe_more(self, claimed: list[_Claimed]) -> bool:
         """More may be due right now: the batch was full, or a tenant hit its cap."""
         if len(claimed) >= self.batch:
@@ -408,11 +426,12 @@ class PgLeasedScheduler:
             for w in waits:
                 w.cancel()
 
-    async def _claim(self, owner: str, batch_no: int) -> list[_Claimed]:
+    async def _claim(self, statement: sql.Composed, owner: str, batch_no: int) -> list[_Claimed]:
+        """Run one claim statement (``claim_due`` rendered for the table it claims from)."""
         pool = await self._pool_()
         async with pool.connection() as conn:  # autocommit: the claim commits on return
             cur = await conn.execute(
-                self.q["claim_due"],
+                statement,
                 {
                     "limit": self.batch,
                     "max_per_tenant": self.max_per_tenant,
@@ -422,6 +441,7 @@ class PgLeasedScheduler:
                 },
             )
             rows = await cur.fetchall()
+        self.claim_statements += 1
         out = []
         for tid, tenant, type_, prio, due, armed_at, version, attempt in rows:
             fire = Fire(tid, tenant, type_, us(due.timestamp()), us(armed_at.timestamp()), attempt, owner, batch_no, None, prio)
@@ -464,7 +484,7 @@ class PgLeasedScheduler:
                 if processor is None:
                     # Not ours to run: stop heartbeating so the lease lapses and a loop that
                     # has this type's processor gets it from the sweeper.
-                    log.warning("pg_leased %s: no processor for type %r; %d rows left to lapse", owner, type_, len(items))
+                    log.warning("%s %s: no processor for type %r; %d rows left to lapse", self.name, owner, type_, len(items))
                     release(items)
                     continue
                 fires = [c.fire for c in items]
@@ -476,7 +496,7 @@ class PgLeasedScheduler:
             raise  # a crash: keep the leases, they lapse
         except Exception:
             # The rows stay leased until they lapse; the sweeper then hands them out again.
-            log.exception("pg_leased %s: batch failed; its rows come back after the lease", owner)
+            log.exception("%s %s: batch failed; its rows come back after the lease", self.name, owner)
             release(list(pending.values()))
         finally:
             slots.release()
@@ -536,7 +556,7 @@ class PgLeasedScheduler:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("pg_leased %s: heartbeat failed; retrying", owner)
+                log.exception("%s %s: heartbeat failed; retrying", self.name, owner)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -549,4 +569,4 @@ class PgLeasedScheduler:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("pg_leased: sweep failed; retrying")
+                log.exception("%s: sweep failed; retrying", self.name)

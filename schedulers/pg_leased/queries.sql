@@ -1,4 +1,5 @@
--- pg_leased queries. Values travel as bind parameters (%(name)s), identifiers via {schema}.
+-- pg_leased queries. Values travel as bind parameters (%(name)s), identifiers via {schema} (and
+-- {schedule} in claim_due, the table it claims from).
 -- Every per-row input is an array unnested in SQL: one statement per batch, never per row.
 
 -- name: arm
@@ -45,9 +46,11 @@ ON CONFLICT (id) DO NOTHING;
 --   rank per tenant with ROW_NUMBER, keep rn <= max_per_tenant, up to limit, in the seed's
 --   order. Rows locked but not picked are released at commit, untouched.
 -- The same statement marks the picked rows running under a lease for this owner.
+-- {schedule} is the table claimed from: {schema}.schedule here; pg_partitioned runs this same
+-- statement against one partition of it at a time.
 WITH RECURSIVE tenants(tenant_id, n) AS (
     (SELECT s.tenant_id, 1
-       FROM {schema}.schedule s
+       FROM {schedule} s
       WHERE s.state = 'scheduled'
       ORDER BY s.tenant_id
       LIMIT 1)
@@ -56,7 +59,7 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
       FROM tenants t
      CROSS JOIN LATERAL (
            SELECT s.tenant_id
-             FROM {schema}.schedule s
+             FROM {schedule} s
             WHERE s.state = 'scheduled' AND s.tenant_id > t.tenant_id
             ORDER BY s.tenant_id
             LIMIT 1) nxt
@@ -66,7 +69,7 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
       FROM tenants t
      CROSS JOIN LATERAL (
            SELECT s.id, s.tenant_id, s.priority, s.due_key
-             FROM {schema}.schedule s
+             FROM {schedule} s
             WHERE s.state = 'scheduled'
               -- tenant_id = t.tenant_id AND due_key <= now(), written as one range of
               -- schedule_tenant_due_idx: the planner cannot answer it from schedule_due_idx
@@ -78,7 +81,7 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
               FOR UPDATE SKIP LOCKED) h
 ), locked AS (
     SELECT s.id, s.tenant_id, s.priority, s.due_key
-      FROM {schema}.schedule s
+      FROM {schedule} s
      WHERE s.state = 'scheduled'
        AND s.due_key <= now()
      ORDER BY s.priority DESC, s.due_key ASC
@@ -100,7 +103,7 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
      ORDER BY r.priority DESC, r.due_key ASC
      LIMIT %(limit)s
 )
-UPDATE {schema}.schedule s
+UPDATE {schedule} s
    SET state = 'running',
        owner_id = %(owner)s,
        lease_expires = now() + make_interval(secs => %(lease_s)s),

@@ -1,6 +1,8 @@
 -- pg_leased schema. Every block runs on setup (idempotent), in file order, except the two
 -- autovacuum blocks at the end: setup runs exactly one of them (option autovacuum_tuned).
--- {placeholders} other than {schema} are scheduler options, rendered as SQL literals.
+-- {schedule} and {state} name the two churning tables ({schema}.schedule, {schema}.state) in the
+-- blocks that set per-table storage parameters: pg_partitioned runs those once per partition.
+-- Other {placeholders} are scheduler options, rendered as SQL literals.
 
 -- name: schedule_table
 -- One narrow row per trigger, updated in place on every fire, never deleted and reinserted
@@ -28,7 +30,7 @@ CREATE TABLE IF NOT EXISTS {schema}.schedule (
 
 -- name: schedule_params
 -- Re-applied on every setup so a changed option takes effect on an existing table.
-ALTER TABLE {schema}.schedule SET (fillfactor = {fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
+ALTER TABLE {schedule} SET (fillfactor = {fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
 
 -- name: schedule_state_storage
 -- The poll state is encrypted, so incompressible: never try to compress it (EXTERNAL).
@@ -61,7 +63,7 @@ CREATE TABLE IF NOT EXISTS {schema}.state (
 ) WITH (fillfactor = {state_fillfactor_pct});
 
 -- name: state_params
-ALTER TABLE {schema}.state SET (fillfactor = {state_fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
+ALTER TABLE {state} SET (fillfactor = {state_fillfactor_pct}, toast_tuple_target = {toast_tuple_target});
 
 -- name: state_storage
 ALTER TABLE {schema}.state ALTER COLUMN poll_state SET STORAGE EXTERNAL;
@@ -80,17 +82,17 @@ CREATE TABLE IF NOT EXISTS {schema}.effects (
 -- name: autovacuum_tuned
 -- seeds/000: "Autovacuum needs per-table tuning or the index bloats". Vacuum the two churning
 -- tables after a small fraction of dead rows and without cost-based sleeping.
-ALTER TABLE {schema}.schedule SET (
+ALTER TABLE {schedule} SET (
     autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
     autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
     autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
-ALTER TABLE {schema}.state SET (
+ALTER TABLE {state} SET (
     autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
     autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
     autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
 
 -- name: autovacuum_server_defaults
-ALTER TABLE {schema}.schedule RESET (
+ALTER TABLE {schedule} RESET (
     autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);
-ALTER TABLE {schema}.state RESET (
+ALTER TABLE {state} RESET (
     autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);
