@@ -22,6 +22,7 @@ from reports.load import Run  # noqa: E402
 SCHEDULER_COLOURS = {
     "pg_queue": "#d62728",  # red: the "before"
     "pg_leased": "#1f77b4",  # blue
+    "pg_partitioned": "#aec7e8",  # light blue: pg_leased split
     "temporal_shards": "#2ca02c",  # green
     "memory": "#7f7f7f",  # grey: the harness reference
 }

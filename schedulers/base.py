@@ -153,6 +153,7 @@ REGISTRY: dict[str, str] = {
     "temporal_shards": "schedulers.temporal_shards:TemporalShardsScheduler",
     "pg_leased": "schedulers.pg_leased:PgLeasedScheduler",
     "pg_queue": "schedulers.pg_queue:PgQueueScheduler",
+    "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
 }
 
 
