@@ -33,7 +33,7 @@ def summary_table(s: dict[str, Any]):
     pf = s["per_fire"]
     per_fire = " / ".join(fmt.fixed(pf[k], "{:,.2f}") for k in ("inserts", "updates", "deletes"))
     rows = [
-        ("complete", "yes" if s["complete"] else f"NO: {s['incomplete_reason']}"),
+        ("complete", "yes" if s["complete"] else "NO (the reason is below)"),
         ("target rate", fmt.fixed(s["target_rate"], "{:,.1f}/s")),
         ("achieved rate", fmt.fixed(s["achieved_rate"], "{:,.1f}/s")),
         ("claim rate", fmt.fixed(s["claim_rate"], "{:,.1f}/s")),
@@ -41,7 +41,7 @@ def summary_table(s: dict[str, Any]):
         ("lag p50 / p90 / p99", " / ".join(fmt.lag(lag[k]) for k in ("p50", "p90", "p99"))),
         ("lag p99.9 / max", f"{fmt.lag(lag['p999'])} / {fmt.lag(lag['max'])}"),
         ("fires", f"{s['fires']:,}"),
-        ("missed", f"{s['missed']:,}"),
+        ("missed", fmt.fixed(s["missed"], "{:,}", none="not judged")),
         ("duplicate fires / effects", f"{s['duplicate_fires']:,} / {s['duplicate_effects']:,}"),
         ("dead tuples peak / end", f"{fmt.fixed(dead['table_peak'])} / {fmt.fixed(dead['table_end'])}"),
         ("TOAST dead peak / end", f"{fmt.fixed(dead['toast_peak'])} / {fmt.fixed(dead['toast_end'])}"),
@@ -54,3 +54,11 @@ def summary_table(s: dict[str, Any]):
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def problem_lines(s: dict[str, Any]) -> list[str]:
+    """What went wrong, one short line per problem: why the run is incomplete (if it is), then
+    the other warnings, each said once."""
+    reason = s.get("incomplete_reason")
+    first = [f"incomplete: {fmt.one_line(reason, limit=400)}"] if not s["complete"] and reason else []
+    return first + [f"warning: {w}" for w in fmt.collapse(s["warnings"], known=[reason])]

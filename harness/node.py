@@ -7,7 +7,9 @@ serves :mod:`harness.node_api`'s API.
 
 Signals: SIGTERM / SIGINT stop gracefully (the loop releases its batch, records are written);
 SIGUSR1 kills the claim loop as a crash would, leaving the API up so that ``/health/ready``
-can be seen to turn 503 (seeds/000: a dead tick loop behind a green API).
+can be seen to turn 503 (seeds/000: a dead tick loop behind a green API). A node started by
+``bench run --nodes`` (``TIMERBENCH_PARENT_PID`` in its environment) also stops gracefully when
+that run process is gone, so a run killed with SIGKILL leaves no node claiming behind it.
 
 ``--record DIR`` writes, for ``bench run --nodes N`` to merge (``<W>`` is the worker id):
 
@@ -41,6 +43,8 @@ from harness.errors import BenchError
 from metrics import rundir
 
 GRACEFUL_STOP_S = 15.0  # a claim loop that ignores ``stop`` this long is cancelled
+PARENT_PID_ENV = "TIMERBENCH_PARENT_PID"  # set by bench run for its children: stop when this pid is gone
+PARENT_CHECK_S = 0.5
 FLUSH_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2
 
@@ -113,7 +117,9 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
          f"triggers={len(population)} token={'required' if token else 'none'}")
 
     flusher = asyncio.create_task(_flush(recorder, shutdown))
+    watchdog = asyncio.create_task(exit_with_parent(shutdown))
     await shutdown.wait()
+    watchdog.cancel()
     _say("stopping: finishing the claim loop's batch ...")
     node.stop.set()
     graceful = True
@@ -172,6 +178,26 @@ def _probes(dsn: str | None, temporal_address: str | None):
 
         probes.append(temporal)
     return probes
+
+
+def parent_pid() -> int | None:
+    """The run process this one belongs to (``TIMERBENCH_PARENT_PID``), if any."""
+    text = os.environ.get(PARENT_PID_ENV, "")
+    return int(text) if text.isdigit() else None
+
+
+async def exit_with_parent(shutdown: asyncio.Event) -> None:
+    """Set ``shutdown`` once the run process that started this one is gone (this process is then
+    re-parented, so ``getppid`` changes: exact, unlike a pid that may be reused)."""
+    parent = parent_pid()
+    if parent is None:
+        return
+    while not shutdown.is_set():
+        if os.getppid() != parent:
+            _say(f"the run process {parent} is gone: stopping")
+            shutdown.set()
+            return
+        await asyncio.sleep(PARENT_CHECK_S)
 
 
 async def _flush(recorder, stop: asyncio.Event) -> None:

@@ -10,7 +10,11 @@ arrived), stops the workers gracefully, writes the missed fires, the samples and
 ``summary.json``, tears down (unless ``keep``) and prints the summary.
 
 Ctrl-C or a crash of the scheduler still ends with a readable run directory: whatever was
-recorded is written and the summary says ``complete: false`` with the reason.
+recorded is written and the summary says ``complete: false`` with the reason. A SIGKILL cannot
+be handled, so nothing waits for the end: fires and samples go to closed segments as the run goes
+(:mod:`metrics.recorder`, :mod:`metrics.rundir`), the run holds ``run.lock`` while it lives, and
+its schema is leased (:mod:`harness.schemas`) so that ``bench env gc`` can tell its leftover from a
+live run's.
 
 Subclasses (the migration rehearsal, :mod:`harness.migration_run`) hook in through
 :meth:`make_scheduler`, :meth:`prepare`, :meth:`status_extra`, :meth:`after_run` and
@@ -62,6 +66,8 @@ class RunSession:
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
         self.workers = None  # harness.workers.Workers
+        self._lock_fd: int | None = None  # run.lock, held while the run lives
+        self._lease = None  # harness.schemas.SchemaLease: the schema is a live run's
         self.arm_load = None  # harness.arm_load.ArmLoad, with --arm-load
         self.faults = None  # harness.faults.FaultInjector, with --fault
 
@@ -90,8 +96,8 @@ class RunSession:
 
     def print_summary(self, s: dict[str, Any]) -> None:
         self.console.print(out.summary_table(s))
-        for warning in s["warnings"]:
-            self.say(f"warning: {warning}")
+        for line in out.problem_lines(s):
+            self.say(line)
         if s.get("faults"):
             from harness.faults import summary_lines
 
@@ -165,6 +171,7 @@ class RunSession:
         self._install_sigint(loop)
         self.started_at = time.time()
         self.run_dir = rundir.new_run_dir(self.out, self.cls.name, self.started_at)
+        self._lock_fd = rundir.hold_run_lock(self.run_dir)
         stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(self.started_at))
         self.schema = f"run_{stamp}_{secrets.token_hex(3)}"
         self.window = {"arm_start": self.started_at, "measure_start": self.started_at + self.w.warmup_s,
@@ -192,6 +199,10 @@ class RunSession:
                 self.w.grace_s = grace
             self.window["grace_s"] = grace
             self._write_config()
+            if self.dsn:
+                from harness.schemas import SchemaLease
+
+                self._lease = await SchemaLease.take(self.dsn, self.schema)  # before the schema exists
             self.say(f"setting up {self.cls.name} in schema {self.schema} ...")
             await self._until_interrupted(scheduler.setup())
             exit_code = await self._measure(scheduler, population)
@@ -228,7 +239,7 @@ class RunSession:
         w = self.w
         # The processor exists before the workers (nodes report their progress into it); its
         # recorder's window is fixed once the workers are ready, just before arming.
-        self.recorder = FireRecorder(self.run_dir / rundir.FIRES, self.window["measure_start"],
+        self.recorder = FireRecorder(self.run_dir / rundir.SEGMENTS_DIR, self.window["measure_start"],
                                      self.window["measure_end"])
         self.processor = PollingProcessor(w, population, self.recorder)
         self.workers = self._make_workers()
@@ -289,7 +300,8 @@ class RunSession:
                 t = tasks[name]
                 if t in done and t.exception() is not None:
                     exc = t.exception()
-                    self.incomplete_reason = f"{'scheduler' if name == 'run' else 'arming'} crashed: {type(exc).__name__}: {exc}"
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    self.incomplete_reason = f"{'scheduler' if name == 'run' else 'arming'} crashed: {type(exc).__name__}: {first}"
                     code = 1
                 elif name == "run" and t in done:
                     self.incomplete_reason = "the scheduler's run loop returned before stop was set"
@@ -410,10 +422,13 @@ class RunSession:
         if self.workers is not None:
             await self.workers.stop()
         extra: dict[str, Any] = {}
+        missed = None
+        if self.recorder is not None:
+            self.recorder.close()
         if self.sampler is not None:  # the run measured (a recorder without a sampler never armed)
             cutoff = self.window.get("missed_before", self.window["measure_end"] - self.window["grace_s"])
             self.window["missed_before"] = cutoff
-            self.recorder.close(self.processor.missed_table(cutoff, self.window["measure_start"]))
+            missed = self.processor.missed_table(cutoff, self.window["measure_start"])
             try:
                 await self.sampler.close()
             except Exception:
@@ -424,9 +439,8 @@ class RunSession:
                 extra["arm_load"], warnings = self.arm_load.summary()
                 extra.setdefault("warnings", []).extend(warnings)
         else:
-            if self.recorder is not None:
-                self.recorder.close(None)
             self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
+        await asyncio.to_thread(rundir.compact, self.run_dir, missed)  # segments -> fires/samples.parquet
         self._write_config()
         summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
         summary["warnings"].extend(extra.pop("warnings", []))
@@ -450,10 +464,26 @@ class RunSession:
             try:
                 await asyncio.wait_for(scheduler.teardown(drop=not self.keep), 60)
                 if self.keep and self.dsn:
+                    from harness.schemas import mark_kept
+
+                    await mark_kept(self.dsn, self.schema)  # bench env gc leaves it
                     self.say(f"kept schema {self.schema}")
             except Exception as exc:
                 self.say(f"warning: teardown failed: {type(exc).__name__}: {exc}")
+        await self._let_go()
         self.print_summary(summary)
+
+    async def _let_go(self) -> None:
+        """The run is over: its schema lease and its directory's lock go."""
+        if self._lease is not None:
+            try:
+                await self._lease.release()
+            except Exception:
+                pass
+            self._lease = None
+        if self._lock_fd is not None:
+            rundir.release_run_lock(self.run_dir, self._lock_fd)
+            self._lock_fd = None
 
     def _recording_warnings(self) -> list[str]:
         out_: list[str] = []

@@ -21,6 +21,8 @@ into the run's polling processor, so the status line and the drain see fires rec
 At the end the nodes get SIGTERM (graceful), their final state files are merged the same way (a
 node that died keeps its last pulled state), their fire logs become the run's fire log, and
 their hold logs are checked for **double holds** (:func:`metrics.parts.count_double_held`).
+Nodes stop by themselves when the run process is gone (``TIMERBENCH_PARENT_PID``: a run killed
+with SIGKILL leaves no node claiming behind it), and so does the ``--arm-load`` locust.
 A kill is SIGKILL, a restart a new node (``<id>r<n>``), a pause SIGSTOP then SIGCONT.
 """
 
@@ -43,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from harness.node import PARENT_PID_ENV
 from loadgen.processor import merge_state
 from metrics import rundir
 
@@ -226,6 +229,7 @@ class NodeWorkers(Workers):
         never in argv (``ps`` shows argv to everyone)."""
         env = dict(os.environ)
         env["TIMERBENCH_TOKEN"] = self.token
+        env[PARENT_PID_ENV] = str(os.getpid())  # they stop when this process is gone
         if self.dsn:
             env["TIMERBENCH_DSN"] = self.dsn
         env.pop("TIMERBENCH_DEBUG", None)
@@ -408,13 +412,13 @@ class NodeWorkers(Workers):
             self._session = None
 
     async def collect(self, run_dir: Path, measure_start: float, say: Callable[[str], None]) -> dict[str, Any]:
-        """Fold the nodes' fire logs into the run's, count double holds, read their final notes."""
-        from metrics.parts import count_double_held, merge_fires, read_holds
+        """Count double holds and read the nodes' final notes (their fire segments are read with
+        the run's own: :func:`metrics.rundir.read_segmented_fires`)."""
+        from metrics.parts import count_double_held, read_holds
 
         extra: dict[str, Any] = {"nodes": self.count, "node_workers": sorted(self.procs), "warnings": []}
         if not self.procs:
             return extra
-        await asyncio.to_thread(merge_fires, run_dir / rundir.FIRES, self.nodes_dir, measure_start)
         holds = read_holds(self.nodes_dir)
         extra["double_held"] = count_double_held(holds)
         extra["uncommitted_holds"] = int(np.isnan(holds["committed_at"]).sum()) if len(holds["timer_id"]) else 0

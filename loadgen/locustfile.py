@@ -81,6 +81,17 @@ _env = None  # the locust Environment, for the exit summary
 def _keep_environment(environment, **_kw) -> None:
     global _env
     _env = environment
+    parent = os.environ.get("TIMERBENCH_PARENT_PID", "")
+    if parent.isdigit():  # started by `bench run --arm-load`: stop when that run process is gone
+        import gevent
+
+        def watch() -> None:
+            while os.getppid() == int(parent):
+                gevent.sleep(0.5)
+            if environment.runner is not None:
+                environment.runner.quit()
+
+        gevent.spawn(watch)
 
 
 @events.quit.add_listener

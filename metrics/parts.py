@@ -1,20 +1,19 @@
-"""What a ``bench serve --record`` node writes, and how ``bench run --nodes N`` merges it.
+"""What a ``bench serve --record`` node writes beside the run (under ``<run>/nodes/``, file names
+in :mod:`metrics.rundir`), and the double-hold check over it:
 
-A node records beside the run, under ``<run>/nodes/`` (file names in :mod:`metrics.rundir`):
-
-* its fires, in **parts** (:class:`PartRecorder`): each part is a complete Parquet file written
-  whole and renamed into place, so a node killed with SIGKILL keeps every part it finished;
-  effects committed after their row was written are listed by row number in ``late-<W>.npy``;
+* its fires, in closed segments (:class:`PartRecorder`, the run's own fire recorder naming its
+  log after the node's worker id), so a node killed with SIGKILL keeps every segment it closed;
+  ``bench run --nodes N`` reads them with its own (:func:`metrics.rundir.read_segmented_fires`)
+  and compacts them into ``fires.parquet`` when it finishes;
 * its **holds** (:class:`HoldLog`): when it held each fire, from receipt to the backend's commit,
   for the double-hold check (:func:`count_double_held`).
 
-The merge functions here are pure (they read files and return tables or counts), so the unit
-tests exercise them without nodes.
+The functions here are pure (they read files and return tables or counts), so the unit tests
+exercise them without nodes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from pathlib import Path
@@ -22,59 +21,22 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metrics import rundir
 from metrics.recorder import FLUSH_AFTER_S, FireRecorder
-from metrics.rundir import FIRES_SCHEMA
-
-PART_EVERY_S = 2.0  # a recording node writes a fire-log part about this often
 
 
 class PartRecorder(FireRecorder):
-    """The fire recorder, writing each row group as its own complete file.
+    """The fire recorder of a node: segments ``fires-<worker>.<seq>.parquet`` in ``directory``.
 
     The node has no measured window: ``bench run`` re-derives ``warmup`` from its own when it
-    merges (:func:`merge_fires`).
+    reads the segments.
     """
 
     def __init__(self, directory: Path, worker_id: str) -> None:
-        super().__init__(directory / f"fires-{worker_id}.parquet", 0.0, math.inf)
-        self.directory = directory
+        super().__init__(directory, 0.0, math.inf, log=worker_id)
         self.worker_id = worker_id
-        self.parts = 0
-
-    async def maybe_flush(self, now: float) -> None:
-        """A part every ``PART_EVERY_S`` or so, of the rows old enough to have committed: a
-        killed node loses only its last few seconds of fires."""
-        if not self._pending or self._pending[0].fired_at > now - FLUSH_AFTER_S - PART_EVERY_S:
-            return
-        chunks = self._take(now - FLUSH_AFTER_S)
-        lo = chunks[0].row0
-        self._written = hi = chunks[-1].row0 + len(chunks[-1].ids)
-        effects = bytes(self._effects[lo:hi])  # later commits of these rows go to late-<W>.npy
-        await asyncio.to_thread(lambda: self._write(self._table(chunks, effects)))
-
-    def _write(self, table: pa.Table) -> None:
-        if not len(table):
-            return
-        path = rundir.node_fires_part(self.directory, self.worker_id, self.parts)
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-        self.parts += 1
-
-    def close(self, missed=None) -> None:
-        if self.closed:
-            return
-        chunks = self._take(None)
-        if chunks:
-            self._written = chunks[-1].row0 + len(chunks[-1].ids)
-            self._write(self._table(chunks))
-        self.closed = True
-        if self._late:
-            np.save(rundir.node_late(self.directory, self.worker_id), np.asarray(self._late, np.int64))
 
 
 class DiscardingRecorder(FireRecorder):
@@ -86,7 +48,7 @@ class DiscardingRecorder(FireRecorder):
     async def maybe_flush(self, now: float) -> None:
         self._take(now - FLUSH_AFTER_S)
 
-    def close(self, missed=None) -> None:
+    def close(self) -> None:
         self._take(None)
         self.closed = True
 
@@ -133,42 +95,7 @@ class HoldLog:
         pq.write_table(self.table(worker), rundir.node_holds(nodes_dir, worker))
 
 
-# -- merging -------------------------------------------------------------------------------------
-
-
-def _node_fire_tables(nodes_dir: Path):
-    for wid, parts in rundir.node_fires_parts(nodes_dir).items():
-        tables = [pq.read_table(p).cast(FIRES_SCHEMA) for p in parts]
-        if not tables:
-            continue
-        t = pa.concat_tables(tables)
-        late = rundir.node_late(nodes_dir, wid)
-        if late.exists():
-            rows = np.load(late)
-            rows = rows[rows < len(t)]
-            flags = t.column("effect_delivered").to_numpy(zero_copy_only=False).copy()
-            flags[rows] = True
-            t = t.set_column(t.schema.get_field_index("effect_delivered"), "effect_delivered", pa.array(flags))
-        yield t
-
-
-def merge_fires(fires_path: Path, nodes_dir: Path, measure_start: float) -> int:
-    """Append every node's fires to ``fires_path`` (which holds the missed rows); returns rows added."""
-    base = pq.read_table(fires_path).cast(FIRES_SCHEMA) if fires_path.exists() else FIRES_SCHEMA.empty_table()
-    added = 0
-    tables = [base]
-    for t in _node_fire_tables(nodes_dir):
-        warm = pc.less(t.column("fired_at"), pa.scalar(measure_start))
-        t = t.set_column(t.schema.get_field_index("warmup"), "warmup", warm)
-        tables.append(t)
-        added += len(t)
-    merged = pa.concat_tables(tables)
-    if len(merged):
-        merged = merged.sort_by([("fired_at", "ascending")])
-    tmp = fires_path.with_suffix(".parquet.tmp")
-    pq.write_table(merged, tmp, compression="zstd")
-    os.replace(tmp, fires_path)
-    return added
+# -- the double-hold check --------------------------------------------------------------------
 
 
 def read_holds(nodes_dir: Path) -> dict[str, np.ndarray]:

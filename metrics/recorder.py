@@ -1,11 +1,18 @@
-"""The fire recorder: every fire the processor receives, kept as columns, written in batches.
+"""The fire recorder: every fire the processor receives, kept as columns, written in closed segments.
 
 Per fire the cost is an attribute fetch and a list append; everything else (lag, histograms,
-effect flags) works on whole batches with numpy. Rows go to ``fires.parquet`` one row group at
-a time, never one write per fire, and only once they are ``FLUSH_AFTER_S`` old: the effect of a
-fire is known only when the backend commits (``committed``), normally well within that. An
-effect committed after its row was written is kept aside and the file is rewritten once at
-close (rare; counted in ``late_effects``).
+effect flags) works on whole batches with numpy. Rows are written as **closed segments**
+(:func:`metrics.rundir.fire_segment`): every ``SEGMENT_EVERY_S`` or so (or once ``FLUSH_ROWS``
+wait), the rows at least ``FLUSH_AFTER_S`` old become one complete Parquet file, written whole
+and renamed into place, never one write per fire. Rows wait that long because the effect of a
+fire is known only when the backend commits (``committed``), normally well within it; an effect
+committed after its row was written is listed by row number in ``late-<log>.npy`` (rewritten
+whole with each segment; rare, counted in ``late_effects``).
+
+A writer killed with SIGKILL keeps every segment it closed: it loses at most the rows younger
+than ``FLUSH_AFTER_S + SEGMENT_EVERY_S`` plus one flush tick (the caller's, 1 s), about 8 s of
+fires. The run process and every ``bench serve`` node write this way; the run compacts the
+segments into ``fires.parquet`` when it finishes (:func:`metrics.rundir.compact`).
 
 Lag is ``fired_at - max(due_at, armed_at)`` with ``fired_at`` the moment the batch reached the
 processor (DESIGN.md "Measuring honestly").
@@ -14,21 +21,21 @@ processor (DESIGN.md "Measuring honestly").
 from __future__ import annotations
 
 import asyncio
+import math
 import operator
-import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from metrics.hdr import new_histogram, record_many
+from metrics import rundir
 from metrics.rundir import FIRES_SCHEMA
 
 FLUSH_AFTER_S = 5.0  # a row is written once its fire is this old (its commit has happened)
-FLUSH_ROWS = 50_000  # or when this many rows are waiting
-ROW_GROUP_MAX_AGE_S = 10.0  # ... or the oldest waiting row is this old
+SEGMENT_EVERY_S = 2.0  # a segment closes about this often (what a SIGKILL costs, beyond FLUSH_AFTER_S)
+FLUSH_ROWS = 50_000  # or as soon as this many rows are waiting
 
 _fields = operator.attrgetter("timer_id", "tenant_id", "type", "due_at", "armed_at", "attempt", "worker", "batch")
 
@@ -54,17 +61,22 @@ class _Chunk:
 
 
 class FireRecorder:
-    def __init__(self, path: str | Path, measure_start: float, measure_end: float) -> None:
-        self.path = Path(path)
+    """Records fires into closed segments ``fires-<log>.<seq>.parquet`` under ``directory``."""
+
+    def __init__(self, directory: str | Path, measure_start: float, measure_end: float,
+                 log: str = rundir.RUN_LOG) -> None:
+        self.directory = Path(directory)
+        self.log = log
         self.measure_start = measure_start
         self.measure_end = measure_end
         self.rows = 0  # rows received so far
+        self.segments = 0  # segments closed so far
         self._pending: list[_Chunk] = []  # received, not yet written
-        self._written = 0  # rows [0, _written) are in the file
+        self._written = 0  # rows [0, _written) are in closed segments
         self._effects = bytearray()  # one flag per row
         self._late: list[int] = []  # rows whose effect arrived after they were written
+        self._late_saved = 0
         self._row_of: dict[int, int] = {}  # id(Fire) -> row, until its commit is reported
-        self._writer: pq.ParquetWriter | None = None
         self._flushing: asyncio.Lock | None = None
         # live views: the measured window, and the interval since the last sampler tick
         self.measured = new_histogram()
@@ -157,17 +169,26 @@ class FireRecorder:
         )
 
     def _write(self, table: pa.Table) -> None:
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, FIRES_SCHEMA, compression="zstd")
+        """Close one segment (and save the late-effect rows, if any arrived since)."""
         if len(table):
-            self._writer.write_table(table)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            rundir.write_parquet_atomic(table, rundir.fire_segment(self.directory, self.log, self.segments))
+            self.segments += 1
+        self._save_late()
+
+    def _save_late(self) -> None:
+        if len(self._late) > self._late_saved:
+            late = list(self._late)
+            rundir.save_rows_atomic(np.asarray(late, np.int64), rundir.late_effects(self.directory, self.log))
+            self._late_saved = len(late)
 
     async def maybe_flush(self, now: float) -> None:
-        """Write rows old enough to have committed, when enough are waiting (off the loop)."""
+        """Close a segment of the rows old enough to have committed, every ``SEGMENT_EVERY_S``
+        or as soon as ``FLUSH_ROWS`` wait (built and written off the event loop)."""
         if not self._pending:
             return
         waiting = self.rows - self._pending[0].row0
-        if waiting < FLUSH_ROWS and self._pending[0].fired_at > now - ROW_GROUP_MAX_AGE_S:
+        if waiting < FLUSH_ROWS and self._pending[0].fired_at > now - FLUSH_AFTER_S - SEGMENT_EVERY_S:
             return
         if self._flushing is None:
             self._flushing = asyncio.Lock()
@@ -178,35 +199,17 @@ class FireRecorder:
             lo = chunks[0].row0
             self._written = hi = chunks[-1].row0 + len(chunks[-1].ids)
             effects = bytes(self._effects[lo:hi])  # the flags as of now; later ones count as late
-            # building the columns and writing both happen off the event loop
             await asyncio.to_thread(lambda: self._write(self._table(chunks, effects)))
 
-    def close(self, missed: pa.Table | None = None) -> None:
-        """Write what is left (and the missed rows), close the file, fix late effect flags."""
+    def close(self) -> None:
+        """Write what is left as the last segment (late effects included)."""
         if self.closed:
             return
         chunks = self._take(None)
-        table = self._table(chunks)
         if chunks:
             self._written = chunks[-1].row0 + len(chunks[-1].ids)
-        self._write(table)
-        if missed is not None and len(missed):
-            self._write(missed.cast(FIRES_SCHEMA))
-        if self._writer is None:
-            self._write(FIRES_SCHEMA.empty_table())
-        self._writer.close()
+        self._write(self._table(chunks))
         self.closed = True
-        if self._late:
-            self._rewrite_late()
-
-    def _rewrite_late(self) -> None:
-        table = pq.read_table(self.path)
-        flags = table.column("effect_delivered").to_numpy(zero_copy_only=False).copy()
-        flags[np.asarray(self._late, dtype=np.int64)] = True
-        table = table.set_column(table.schema.get_field_index("effect_delivered"), "effect_delivered", pa.array(flags))
-        tmp = self.path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, self.path)
 
     @property
     def late_effects(self) -> int:

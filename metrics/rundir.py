@@ -12,6 +12,19 @@
     drains for up to ``grace_s`` (until every fire due before ``measure_end`` has arrived), and
     ``missed_before`` = ``measure_end``; an interrupted run cannot drain, so there
     ``missed_before`` = ``measure_end - grace_s``.
+``segments/`` (while the run runs; gone once it finishes)
+    The fire log and the samples as the run writes them, in **closed segments**: each
+    ``fires-run.<seq>.parquet`` / ``samples.<seq>.parquet`` is a complete Parquet file written
+    whole and renamed into place (a reader never sees half of one), ``late-run.npy`` lists the
+    rows (numbered across the fire segments) whose effect was committed after their segment was
+    written. A run killed with SIGKILL keeps every segment it closed: fire segments hold rows at
+    least :data:`metrics.recorder.FLUSH_AFTER_S` old and close every
+    :data:`metrics.recorder.SEGMENT_EVERY_S`, so a kill costs at most the last ~8 s of fires
+    (5 + 2 + the 1 s flush tick) and the last :data:`metrics.sampler.SEGMENT_EVERY_SAMPLES` s of
+    samples. A run that finishes compacts them into ``fires.parquet`` and ``samples.parquet``.
+``run.lock``
+    Held (``flock``) by the run process while it runs: a directory without ``summary.json``
+    whose lock nobody holds was interrupted (:func:`run_state`).
 ``fires.parquet``
     One row per fire received by the polling processor (:data:`FIRES_SCHEMA`), including those
     received while draining after ``measure_end`` (outside the window). A **missed** fire (armed,
@@ -23,10 +36,16 @@
     Long format (:data:`SAMPLES_SCHEMA`): scope ``run`` for run-wide metrics, else a relation
     ``schema.table`` or its TOAST table ``schema.table#toast``.
 ``summary.json``
-    :func:`compute_summary` of the three files above.
+    :func:`compute_summary` of the three files above. A directory without one (the run was
+    killed) is read from its segments: :func:`read_fires` and :func:`read_samples` fall back to
+    them, and :func:`interrupted_summary` recomputes the figures, marked incomplete.
 ``faults.json`` (``--fault``), ``migration.json`` (``bench migrate dry-run``), ``locust_*`` (``--arm-load``)
     and ``nodes/`` (``--nodes``: what each node recorded, see :mod:`metrics.parts`); a sweep
     directory holds ``sweep.json`` beside its runs. Every name is a constant or a function below.
+
+Readers go through :func:`read_fires` / :func:`read_samples`, which read the compacted file
+when there is one and otherwise every complete segment (the run's own and, with ``--nodes``,
+every node's parts under ``nodes/``).
 
 Windows: performance figures (rate, lag, per-fire writes, HOT ratio) cover the measured window
 only; correctness figures (missed, duplicate fires, duplicate effects) cover the whole run,
@@ -35,9 +54,11 @@ warm-up included, because a lost or doubled fire is never a warm-up artefact.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +81,9 @@ LOCUST_SUMMARY = "locust_summary.json"  # --arm-load: locust's exact totals, wri
 LOCUST_CSV_PREFIX = "locust"  # --arm-load: locust's --csv prefix (locust_stats.csv, ...)
 LOCUST_LOG = "locust.log"
 NODES_DIR = "nodes"  # --nodes: what each `bench serve --record` node wrote, by worker id
+SEGMENTS_DIR = "segments"  # the fire log and samples in closed segments, while the run runs
+RUN_LOG = "run"  # the run process's own fire log in segments/ (nodes' logs are named by worker id)
+RUN_LOCK = "run.lock"  # flock'ed by the live run process
 
 
 def node_workload(nodes_dir: Path) -> Path:
@@ -86,22 +110,55 @@ def node_holds(nodes_dir: Path, worker: str) -> Path:
     return nodes_dir / f"holds-{worker}.parquet"
 
 
-def node_fires_part(nodes_dir: Path, worker: str, seq: int) -> Path:
-    """One complete part of a node's fire log (written whole, so a killed node keeps it)."""
-    return nodes_dir / f"fires-{worker}.{seq:05d}.parquet"
+def fire_segment(directory: Path, log: str, seq: int) -> Path:
+    """One closed segment of a fire log: ``log`` is ``run`` (the run process, under
+    ``segments/``) or a node's worker id (under ``nodes/``). Written whole, so a killed writer
+    keeps every segment it closed."""
+    return directory / f"fires-{log}.{seq:05d}.parquet"
 
 
-def node_fires_parts(nodes_dir: Path) -> dict[str, list[Path]]:
-    """Every node's fire-log parts, by worker id, in order."""
-    out: dict[str, list[Path]] = {}
-    for p in sorted(nodes_dir.glob("fires-*.*.parquet")):
-        out.setdefault(p.name[len("fires-"):].split(".")[0], []).append(p)
-    return out
+def fire_segments(directory: Path) -> dict[str, list[Path]]:
+    """Every fire log's closed segments in ``directory``, by log name, in write order."""
+    found: dict[str, list[tuple[int, Path]]] = {}
+    for p in directory.glob("fires-*.*.parquet"):
+        log, _, seq = p.name[len("fires-"):-len(".parquet")].rpartition(".")
+        if log and seq.isdigit():
+            found.setdefault(log, []).append((int(seq), p))
+    return {log: [p for _, p in sorted(items)] for log, items in sorted(found.items())}
 
 
-def node_late(nodes_dir: Path, worker: str) -> Path:
-    """Rows (numbered across the node's parts) whose effect was committed after they were written."""
-    return nodes_dir / f"late-{worker}.npy"
+def late_effects(directory: Path, log: str) -> Path:
+    """Rows (numbered across a fire log's segments) whose effect was committed after they were written."""
+    return directory / f"late-{log}.npy"
+
+
+def samples_segment(directory: Path, seq: int) -> Path:
+    return directory / f"samples.{seq:05d}.parquet"
+
+
+def samples_segments(directory: Path) -> list[Path]:
+    found = []
+    for p in directory.glob("samples.*.parquet"):
+        seq = p.name[len("samples."):-len(".parquet")]
+        if seq.isdigit():
+            found.append((int(seq), p))
+    return [p for _, p in sorted(found)]
+
+
+def write_parquet_atomic(table: pa.Table, path: Path, compression: str | None = "zstd") -> None:
+    """Write ``table`` whole beside ``path`` and rename it into place: readers (and a writer
+    killed mid-way) never leave or see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression=compression)
+    os.replace(tmp, path)
+
+
+def save_rows_atomic(rows: np.ndarray, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, np.asarray(rows, np.int64))
+    os.replace(tmp, path)
+
 
 FIRES_SCHEMA = pa.schema(
     [
@@ -176,24 +233,164 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_fires(run_dir: str | Path) -> pa.Table:
+    """The fire log: ``fires.parquet`` once the run compacted it, else every closed segment."""
     path = Path(run_dir) / FIRES
-    if not path.exists():
-        return FIRES_SCHEMA.empty_table()
-    return pq.read_table(path)
+    if path.exists():
+        return pq.read_table(path)
+    return read_segmented_fires(run_dir)
 
 
 def read_samples(run_dir: str | Path) -> pa.Table:
+    """The samples: ``samples.parquet`` once the run compacted them, else every closed segment."""
     path = Path(run_dir) / SAMPLES
-    if not path.exists():
+    if path.exists():
+        return pq.read_table(path)
+    return read_segmented_samples(run_dir)
+
+
+def _fire_log(parts: list[Path], late: Path) -> pa.Table:
+    """One writer's fire log: its segments in order, with the effects committed after a
+    segment was written set from ``late``."""
+    t = pa.concat_tables([pq.read_table(p).cast(FIRES_SCHEMA) for p in parts])
+    if late.exists() and len(t):
+        rows = np.load(late)
+        rows = rows[(rows >= 0) & (rows < len(t))]  # a row beyond the last segment died with its writer
+        if len(rows):
+            flags = t.column("effect_delivered").to_numpy(zero_copy_only=False).copy()
+            flags[rows] = True
+            t = t.set_column(t.schema.get_field_index("effect_delivered"), "effect_delivered", pa.array(flags))
+    return t
+
+
+def read_segmented_fires(run_dir: str | Path) -> pa.Table:
+    """Every closed fire segment of a run: its own (``segments/``) and its nodes' (``nodes/``).
+
+    A node has no measured window, so its rows' ``warmup`` is re-derived from the run's
+    ``measure_start``."""
+    import pyarrow.compute as pc
+
+    run_dir = Path(run_dir)
+    tables = []
+    seg = run_dir / SEGMENTS_DIR
+    if seg.is_dir():
+        tables += [_fire_log(parts, late_effects(seg, log)) for log, parts in fire_segments(seg).items()]
+    nodes = run_dir / NODES_DIR
+    if nodes.is_dir():
+        logs = fire_segments(nodes)
+        if logs:
+            try:
+                measure_start = float(read_config(run_dir)["window"]["measure_start"])
+            except (OSError, ValueError, KeyError, TypeError):
+                measure_start = -math.inf
+            for log, parts in logs.items():
+                t = _fire_log(parts, late_effects(nodes, log))
+                warm = pc.less(t.column("fired_at"), pa.scalar(measure_start, pa.float64()))
+                tables.append(t.set_column(t.schema.get_field_index("warmup"), "warmup", warm))
+    return pa.concat_tables(tables) if tables else FIRES_SCHEMA.empty_table()
+
+
+def read_segmented_samples(run_dir: str | Path) -> pa.Table:
+    seg = Path(run_dir) / SEGMENTS_DIR
+    parts = samples_segments(seg) if seg.is_dir() else []
+    if not parts:
         return SAMPLES_SCHEMA.empty_table()
-    return pq.read_table(path)
+    return pa.concat_tables([pq.read_table(p).cast(SAMPLES_SCHEMA) for p in parts])
 
 
-def write_samples(run_dir: str | Path, columns: dict[str, list]) -> None:
+def write_samples_segment(directory: Path, seq: int, columns: dict[str, list]) -> None:
     table = pa.table({name: columns[name] for name in SAMPLES_SCHEMA.names}, schema=SAMPLES_SCHEMA)
-    tmp = Path(run_dir) / (SAMPLES + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, Path(run_dir) / SAMPLES)
+    write_parquet_atomic(table, samples_segment(directory, seq))
+
+
+def compact(run_dir: str | Path, missed: pa.Table | None = None) -> int:
+    """A finishing run's segments (and its nodes' parts) become ``fires.parquet`` (with the
+    ``missed`` rows, ordered by ``fired_at``, missed last) and ``samples.parquet``; then
+    ``segments/`` goes. Each file is renamed into place whole, and the segments are removed only
+    after both exist, so a kill at any point leaves a readable directory. Returns the fire rows."""
+    import pyarrow.compute as pc
+
+    run_dir = Path(run_dir)
+    fires = read_segmented_fires(run_dir)
+    if missed is not None and len(missed):
+        fires = pa.concat_tables([fires, missed.cast(FIRES_SCHEMA)])
+    if len(fires):
+        order = pc.sort_indices(fires, sort_keys=[("fired_at", "ascending")])  # nulls (missed) last
+        fires = fires.take(order)
+    write_parquet_atomic(fires, run_dir / FIRES)
+    write_parquet_atomic(read_segmented_samples(run_dir), run_dir / SAMPLES)
+    shutil.rmtree(run_dir / SEGMENTS_DIR, ignore_errors=True)
+    return len(fires)
+
+
+# -- is the run still running? ------------------------------------------------------------------
+
+
+def hold_run_lock(run_dir: Path) -> int:
+    """Mark ``run_dir`` as live for as long as this process holds the returned descriptor (the
+    kernel lets go when the process dies, however it dies)."""
+    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def release_run_lock(run_dir: Path, fd: int) -> None:
+    try:
+        (run_dir / RUN_LOCK).unlink()
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def run_state(run_dir: str | Path) -> str:
+    """``finished`` (it wrote ``summary.json``), ``running`` (its process holds ``run.lock``) or
+    ``interrupted`` (neither: it was killed, or its machine went down)."""
+    run_dir = Path(run_dir)
+    if (run_dir / SUMMARY).exists():
+        return "finished"
+    try:
+        fd = os.open(run_dir / RUN_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return "interrupted"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "running"
+    except OSError:
+        return "interrupted"
+    finally:
+        os.close(fd)
+    return "interrupted"
+
+
+def recorded_until(fires: pa.Table, samples: pa.Table) -> tuple[float | None, float | None]:
+    """The last fire received and the last sample taken (epoch s; None when there is none)."""
+    import pyarrow.compute as pc
+
+    last_fire = pc.max(fires.column("fired_at")).as_py() if len(fires) else None
+    last_sample = pc.max(samples.column("t")).as_py() if len(samples) else None
+    return last_fire, last_sample
+
+
+def interrupted_summary(run_dir: str | Path, state: str | None = None) -> dict[str, Any]:
+    """The summary of a run without ``summary.json``, recomputed from what it recorded: marked
+    incomplete, its window cut where its fire log ends, its missed fires not judged."""
+    run_dir = Path(run_dir)
+    state = state or run_state(run_dir)
+    cfg = read_config(run_dir)
+    window = cfg.get("window") or {}
+    start = float(window.get("arm_start", cfg.get("started_at") or 0.0))
+    last_fire, last_sample = recorded_until(read_fires(run_dir), read_samples(run_dir))
+    known = [x for x in (last_fire, last_sample) if x is not None]
+    if not known:
+        reason = f"{state} before it recorded anything (no {SUMMARY})"
+        return compute_summary(run_dir, complete=False, incomplete_reason=reason, stopped_at=start)
+    at = f"T+{max(known) - start:.0f} s"
+    if state == "running":
+        reason = f"still running: {at} recorded so far (no {SUMMARY} yet)"
+    else:
+        reason = f"interrupted at {at} (no {SUMMARY}: figures recomputed from what it recorded)"
+    return compute_summary(run_dir, complete=False, incomplete_reason=reason,
+                           stopped_at=last_fire if last_fire is not None else last_sample)
 
 
 def _finite(x: float | None) -> float | None:
@@ -217,15 +414,22 @@ def duplicates(ids: np.ndarray, due: np.ndarray) -> int:
 
 
 def compute_summary(
-    run_dir: str | Path, complete: bool = True, incomplete_reason: str | None = None
+    run_dir: str | Path, complete: bool = True, incomplete_reason: str | None = None,
+    stopped_at: float | None = None,
 ) -> dict[str, Any]:
-    """The summary, recomputed from ``config.json``, ``fires.parquet`` and ``samples.parquet``."""
+    """The summary, recomputed from ``config.json``, ``fires.parquet`` and ``samples.parquet``.
+
+    ``stopped_at``: the run was killed and its records end there (:func:`interrupted_summary`):
+    the window is cut at that moment, and missed fires are not judged (``missed`` None) unless
+    the run wrote them, since a killed run never compared what it armed with what fired."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     window = cfg.get("window", {})
     workload = cfg.get("workload", {})
     measure_start = float(window.get("measure_start", 0.0))
     measure_end = float(window.get("measure_end", measure_start))
+    if stopped_at is not None:  # (just past it, so that its last batch counts)
+        measure_end = max(measure_start, min(measure_end, float(np.nextafter(float(stopped_at), math.inf))))
     measured_s = max(0.0, measure_end - measure_start)
 
     fires = read_fires(run_dir)
@@ -246,7 +450,9 @@ def compute_summary(
     effect = fires.column("effect_delivered").to_numpy(zero_copy_only=False).astype(bool) if len(fires) else np.zeros(0, bool)
 
     n_fires = int(in_window.sum())
-    missed = int((~was_fired).sum())
+    missed: int | None = int((~was_fired).sum())
+    if stopped_at is not None and not missed:
+        missed = None  # killed before it wrote its missed fires: not judged, not zero
     duplicate_fires = duplicates(ids[was_fired], due[was_fired])
     duplicate_effects = duplicates(ids[effect], due[effect])
 
@@ -266,7 +472,9 @@ def compute_summary(
             f"rate not held: achieved {achieved:.1f} fires/s against a target of {target:.1f} fires/s "
             f"({100 * achieved / target:.0f}%)"
         )
-    if missed:
+    if missed is None:
+        warnings.append("missed fires not judged: the run was killed before it compared what it armed with what fired")
+    elif missed:
         warnings.append(f"{missed} missed fires (armed, due in the run, not fired within the {grace} s grace period)")
     if duplicate_effects:
         warnings.append(f"{duplicate_effects} duplicate effects (the same (timer_id, due_at) delivered twice)")

@@ -16,6 +16,11 @@ Per relation the scheduler names, and its TOAST table (``schema.table#toast``, f
 ``autovacuum_count``, ``vacuum_count`` as deltas since the run started; ``hot_ratio`` =
 HOT updates / updates since the start (NaN before the first update).
 
+Samples are written as closed segments (:func:`metrics.rundir.samples_segment`) every
+``SEGMENT_EVERY_SAMPLES`` samples, each holding only the rows since the last one, so a run killed
+with SIGKILL keeps all but its last few seconds of samples and a long run never rewrites what it
+already wrote.
+
 Statistics lag: backends flush their table counters to the cumulative statistics system at most
 about once a second (and when idle), and ``pg_stat_force_next_flush()`` only works for the
 calling session, so a sample trails the truth by ~0.5-1 s. Window deltas in the summary take
@@ -34,11 +39,13 @@ import psycopg
 
 from metrics.hdr import percentiles_ms, reset
 from metrics.recorder import FireRecorder
-from metrics.rundir import SAMPLES_SCHEMA, TOAST_SUFFIX, write_samples
+from metrics import rundir
+from metrics.rundir import SAMPLES_SCHEMA, TOAST_SUFFIX
 from schedulers.sqlfile import load_blocks
 
 SQL = load_blocks(Path(__file__).with_name("sampler.sql"))
 SAMPLE_EVERY_S = 1.0
+SEGMENT_EVERY_SAMPLES = 5  # a samples segment closes every 5 samples: what a SIGKILL costs of them
 CLAIMED = "claimed_timers"  # the gauge name a backend may expose: timers claimed, cumulative
 STATS_TIMEOUT_S = 2.0  # a stats() or catalogue query slower than this skips one sample
 PG_SETTINGS = [
@@ -67,7 +74,9 @@ class Sampler:
         self.recorder = recorder
         self.dsn = dsn if getattr(type(scheduler), "needs_postgres", False) or dsn else None
         self.run_dir = Path(run_dir)
-        self.cols: dict[str, list] = {name: [] for name in SAMPLES_SCHEMA.names}
+        self.directory = self.run_dir / rundir.SEGMENTS_DIR
+        self.cols: dict[str, list] = {name: [] for name in SAMPLES_SCHEMA.names}  # since the last segment
+        self.segments = 0
         self.start = time.time()
         self.latest: dict[tuple[str, str], float] = {}
         self._conn: psycopg.AsyncConnection | None = None
@@ -204,16 +213,32 @@ class Sampler:
         upd = self.relation_total("n_tup_upd")
         return hot / upd if upd else None
 
+    def _take(self) -> tuple[int, dict[str, list]] | None:
+        """The rows since the last segment and the segment's number (None: no rows)."""
+        if not self.cols["t"]:
+            return None
+        cols, self.cols = self.cols, {name: [] for name in SAMPLES_SCHEMA.names}
+        self.segments += 1
+        return self.segments - 1, cols
+
+    def _write(self, taken: tuple[int, dict[str, list]]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        rundir.write_samples_segment(self.directory, *taken)
+
     def save(self) -> None:
-        write_samples(self.run_dir, self.cols)
+        """Close the last segment (at the end of the run)."""
+        taken = self._take()
+        if taken is not None:
+            self._write(taken)
 
     async def save_async(self) -> None:
-        """Write a copy from a thread, so sampling goes on while the file is written."""
-        snapshot = {k: list(v) for k, v in self.cols.items()}
-        await asyncio.to_thread(write_samples, self.run_dir, snapshot)
+        """Close a segment from a thread, so sampling goes on while it is written."""
+        taken = self._take()
+        if taken is not None:
+            await asyncio.to_thread(self._write, taken)
 
     async def loop(self, stop: asyncio.Event) -> None:
-        """Sample every second until ``stop``; save the file every ten samples."""
+        """Sample every second until ``stop``; close a segment every ``SEGMENT_EVERY_SAMPLES``."""
         n = 0
         next_t = time.time() + SAMPLE_EVERY_S
         while not stop.is_set():
@@ -227,5 +252,5 @@ class Sampler:
                 next_t = time.time() + SAMPLE_EVERY_S  # fell behind: skip, do not burst
             await self.sample()
             n += 1
-            if n % 10 == 0:
+            if n % SEGMENT_EVERY_SAMPLES == 0:
                 await self.save_async()

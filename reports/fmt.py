@@ -63,3 +63,28 @@ def human_bytes(n: Any) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def one_line(text: Any, limit: int = 160) -> str:
+    """A message as one short line: its first non-empty line, cut at ``limit`` characters."""
+    lines = [x.strip() for x in str(text).splitlines() if x.strip()]
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def collapse(messages, known=()) -> list[str]:
+    """One short line per problem: each message cut to one line, repeats said once with their
+    count (``(3 times)``), and messages already said elsewhere (``known``: contained in one of
+    them, or containing one) left out."""
+    said = [one_line(k, limit=10_000) for k in known if k]
+    order: list[str] = []
+    counts: dict[str, int] = {}
+    for m in messages:
+        line = one_line(m)
+        if not line or any(line in k or k in line for k in said):
+            continue
+        if line not in counts:
+            order.append(line)
+            counts[line] = 0
+        counts[line] += 1
+    return [line if counts[line] == 1 else f"{line} ({counts[line]} times)" for line in order]

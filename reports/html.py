@@ -14,7 +14,7 @@ from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
 from reports.sweep import section_sweep_html
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
+from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -89,12 +89,10 @@ def section_checks(report: Report) -> str:
         out.append('<table id="checks">' + _run_headers(report, "check") + "".join(rows) + "</table>")
     warned = False
     for r, checks in zip(report.runs, per_run):
-        warnings = list(r.summary.get("warnings") or [])
-        failed = [c for c in checks if c.ok is False]
-        if warnings or failed:
+        lines = warning_lines(r, checks)
+        if lines:
             warned = True
-            items = [f"<li>{escape(str(w))}</li>" for w in warnings]
-            items += [f"<li>check failed: {escape(c.name)} — {escape(c.detail)}</li>" for c in failed]
+            items = [f"<li>{escape(line)}</li>" for line in lines]
             out.append(f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
                        f"<ul>{''.join(items)}</ul></div>")
     diffs = environment_differences(report.runs)
@@ -222,7 +220,7 @@ def section_runs(report: Report) -> str:
     if not report.runs:
         return ""
     items = "".join(f"<li>{_swatch(r)}<b>{escape(r.label)}</b>: <code>{escape(str(r.path))}</code>"
-                    + (f' <span class="bad">({escape("; ".join(r.problems))})</span>' if r.problems else "") + "</li>"
+                    + (' <span class="bad">(files damaged: see the checks)</span>' if r.problems else "") + "</li>"
                     for r in report.runs)
     return f'<section id="runs"><h2>Run directories</h2><ul>{items}</ul></section>'
 

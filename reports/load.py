@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from reports.errors import ReportError
 from metrics import rundir
+from reports import fmt
+from reports.errors import ReportError
 from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
 
 
@@ -143,30 +144,60 @@ def expand_run_paths(args: list[str] | tuple[str, ...]) -> list[Path]:
 
 
 def _read(what: str, reader, path: Path, problems: list[str], empty):
-    if what.endswith((".json", ".parquet")) and not (path / what).exists():
-        problems.append(f"{what} missing")  # rundir's Parquet readers return an empty table
-        return empty
+    """``reader(path)``, or ``empty`` with one short line in ``problems``: the same failure (a
+    file that cannot be read makes everything recomputed from it fail too) is said once."""
     try:
         return reader(path)
     except FileNotFoundError:
         problems.append(f"{what} missing")
-    except Exception as exc:  # a truncated file from a crashed run: say so, keep the rest
-        problems.append(f"{what} unreadable: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # a file damaged by something other than the run: say so, keep the rest
+        cause = fmt.one_line(f"{type(exc).__name__}: {exc}".replace(f"{path}/", ""), limit=120)
+        if not any(cause in p for p in problems):
+            problems.append(f"{what} unreadable ({cause})")
     return empty
+
+
+def _has_log(path: Path, name: str) -> bool:
+    """The compacted file or, for a run that did not finish, any closed segment of it."""
+    if (path / name).exists():
+        return True
+    dirs = [path / rundir.SEGMENTS_DIR] + ([path / rundir.NODES_DIR] if name == rundir.FIRES else [])
+    stem = name.split(".")[0]
+    return any(d.is_dir() and any(d.glob(f"{stem}*.parquet")) for d in dirs)
 
 
 def read_run(path: Path) -> Run:
     """Read one run with ``metrics.rundir``'s readers. A run without ``summary.json`` (killed
-    before it could write one) gets its summary recomputed from its files and is marked
-    incomplete, so its figures are shown rather than dropped."""
+    before it could write one, or still running) is read from the segments it closed, its
+    summary recomputed and marked incomplete ("interrupted at T+xx s"), so its figures are shown
+    rather than dropped."""
     problems: list[str] = []
     config = _read(rundir.CONFIG, rundir.read_config, path, problems, {})
-    summary = _read(rundir.SUMMARY, rundir.read_summary, path, problems, {})
+    fires = pd.DataFrame()
+    samples = pd.DataFrame()
+    for name, reader in ((rundir.FIRES, rundir.read_fires), (rundir.SAMPLES, rundir.read_samples)):
+        if not _has_log(path, name):
+            problems.append(f"{name} missing")
+            continue
+        table = _read(name, lambda p, r=reader: r(p).to_pandas(), path, problems, pd.DataFrame())
+        if name == rundir.FIRES:
+            fires = table
+        else:
+            samples = table
+    state = rundir.run_state(path)
+    summary: dict[str, Any] = {}
+    if state == "finished":
+        summary = _read(rundir.SUMMARY, rundir.read_summary, path, problems, {})
     if not summary and config:
-        summary = _read("recomputed summary", lambda p: rundir.compute_summary(
-            p, complete=False, incomplete_reason="no summary.json; recomputed from the run's files"), path, problems, {})
-    fires = _read(rundir.FIRES, lambda p: rundir.read_fires(p).to_pandas(), path, problems, pd.DataFrame())
-    samples = _read(rundir.SAMPLES, lambda p: rundir.read_samples(p).to_pandas(), path, problems, pd.DataFrame())
+        def recompute(p: Path) -> dict[str, Any]:
+            if state != "finished":
+                return rundir.interrupted_summary(p, state)
+            return rundir.compute_summary(p, complete=False,
+                                          incomplete_reason=f"{rundir.SUMMARY} unreadable; recomputed from the run's files")
+
+        summary = _read("recomputed summary", recompute, path, problems, {})
+    if not summary:
+        summary = {"complete": False, "incomplete_reason": f"{state}: no readable {rundir.SUMMARY}"}
     migration = None
     if (path / rundir.MIGRATION).exists():
         migration = _read(rundir.MIGRATION, lambda p: json.loads((p / rundir.MIGRATION).read_text()), path, problems, None)

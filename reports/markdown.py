@@ -8,7 +8,7 @@ from typing import Callable
 
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks
+from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
 
 
 def _cell(text: str) -> str:
@@ -48,8 +48,7 @@ def md_checks(report: Report) -> str:
         rows.append(row)
     out = ["## Checks and warnings", _table(_headers(report, "check"), rows)]
     for r, checks in zip(report.runs, per_run):
-        items = [str(w) for w in r.summary.get("warnings") or []]
-        items += [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False]
+        items = warning_lines(r, checks)
         if items:
             out.append(f"**{r.label}**:\n" + "\n".join(f"- {w}" for w in items))
     diffs = environment_differences(report.runs)
@@ -131,7 +130,7 @@ def md_runs(report: Report) -> str:
     if not report.runs:
         return ""
     return "## Run directories\n\n" + "\n".join(
-        f"- **{r.label}**: `{r.path}`" + (f" ({'; '.join(r.problems)})" if r.problems else "") for r in report.runs)
+        f"- **{r.label}**: `{r.path}`" + (" (files damaged: see the checks)" if r.problems else "") for r in report.runs)
 
 
 SECTIONS: list[Callable[[Report], str]] = [

@@ -56,7 +56,7 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     # 1. Completeness first: a partial run's figures cover only what was recorded.
     for r in runs:
         if not r.summary.get("complete"):
-            reason = r.summary.get("incomplete_reason") or "; ".join(r.problems) or "no reason recorded"
+            reason = fmt.one_line(r.summary.get("incomplete_reason") or "; ".join(r.problems) or "no reason recorded")
             out.append(Sentence(f"{r.label} is incomplete ({reason}); its figures cover only what was recorded.", _t1("Complete")))
 
     # 2. Rate held, and the lowest p99 among the runs that held it.

@@ -66,7 +66,7 @@ def _complete(run: Run) -> str:
     if run.summary.get("complete"):
         return "yes"
     reason = run.summary.get("incomplete_reason") or ("; ".join(run.problems) if run.problems else "not recorded")
-    return f"no: {reason}"
+    return f"no: {fmt.one_line(reason)}"
 
 
 @dataclass(frozen=True)
@@ -217,8 +217,22 @@ def run_checks(run: Run) -> list[Check]:
         v = s.get(key)
         checks.append(Check(name, None if v is None else v == 0, "unknown" if v is None else f"{key.replace('_', ' ')}: {int(v):,}"))
     if run.problems:
-        checks.append(Check("files readable", False, "; ".join(run.problems)))
+        checks.append(Check("files readable", False, "; ".join(fmt.collapse(run.problems))))
     return checks
+
+
+# A failed check whose warning the run already carries is not said twice.
+_CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "no missed fires": "missed fires",
+                  "no duplicate effects": "duplicate effects"}
+
+
+def warning_lines(run: Run, checks: list[Check]) -> list[str]:
+    """What went wrong in one run, one short line per problem: its warnings, then the failed
+    checks no warning already states."""
+    warnings = [str(w) for w in run.summary.get("warnings") or []]
+    failed = [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False
+              and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)]
+    return fmt.collapse(warnings + failed)
 
 
 ENVIRONMENT_ROWS: list[tuple[str, str]] = [

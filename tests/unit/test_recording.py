@@ -35,7 +35,7 @@ def make(tmp_path, **fields):
                          "provider_latency": {"median": "1ms", "p99": "2ms"}, **fields}).resolved()
     pop = build(w)
     now = time.time()
-    rec = FireRecorder(tmp_path / "fires.parquet", now - 1, now + 60)
+    rec = FireRecorder(tmp_path / rundir.SEGMENTS_DIR, now - 1, now + 60)
     return w, pop, rec, PollingProcessor(w, pop, rec)
 
 
@@ -114,12 +114,36 @@ def test_recorder_flushes_in_batches_and_fixes_late_effects(tmp_path):
     fires = fires_for(pop, [0, 1], [old, old])
     rec.receive(fires, old)  # received long ago: old enough to be written
     asyncio.run(rec.maybe_flush(time.time()))
-    assert rec._written == 2
+    assert rec._written == 2 and rec.segments == 1
     rec.committed(fires, [True, False])  # the commit arrives after the rows were written
     rec.close()
+    assert rec.late_effects == 1
+    # read from the segments (a killed run) and from the compacted file alike
+    assert rundir.read_fires(tmp_path).column("effect_delivered").to_pylist() == [True, False]
+    rundir.write_json(tmp_path / rundir.CONFIG, {"window": {}})
+    rundir.compact(tmp_path)
     t = pq.read_table(tmp_path / "fires.parquet")
     assert t.column("effect_delivered").to_pylist() == [True, False]
-    assert rec.late_effects == 1
+    assert not (tmp_path / rundir.SEGMENTS_DIR).exists()
+
+
+def test_only_closed_segments_are_read_and_young_rows_wait(tmp_path):
+    """What a SIGKILL leaves: complete segments (and a half-written one under its .tmp name,
+    which no reader takes for a segment); rows younger than FLUSH_AFTER_S are not written yet."""
+    from metrics.recorder import FLUSH_AFTER_S
+
+    w, pop, rec, proc = make(tmp_path)
+    now = time.time()
+    rec.receive(fires_for(pop, [0, 1], [now - 60] * 2), now - 60)
+    asyncio.run(rec.maybe_flush(now))
+    rec.receive(fires_for(pop, [2], [now - 50]), now - 50)
+    asyncio.run(rec.maybe_flush(now))
+    rec.receive(fires_for(pop, [3], [now]), now)  # too young: its commit may still come
+    asyncio.run(rec.maybe_flush(now + FLUSH_AFTER_S / 2))
+    seg = tmp_path / rundir.SEGMENTS_DIR
+    assert sorted(p.name for p in seg.iterdir()) == ["fires-run.00000.parquet", "fires-run.00001.parquet"]
+    (seg / "fires-run.00002.parquet.tmp").write_bytes(b"PAR1 half a file")  # a writer killed mid-write
+    assert rundir.read_fires(tmp_path).column("timer_id").to_pylist() == [pop.ids[0], pop.ids[1], pop.ids[2]]
 
 
 def test_polls_queue_on_the_bounded_poller_lanes(tmp_path):
@@ -132,3 +156,44 @@ def test_polls_queue_on_the_bounded_poller_lanes(tmp_path):
     finish = proc._poll_latency(5, 200.0)
     assert np.all(finish > 200.0) and np.all(finish < 200.5)
     assert np.all(proc.lanes[:5] == finish)
+
+
+def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path):
+    """No summary.json, nobody holding run.lock: the figures come from the closed segments, the
+    window ends at the last fire, missed fires are not judged (None, not 0)."""
+    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 100.0, "grace_s": 2.0}
+    run_dir = tmp_path / "run"
+    seg = run_dir / rundir.SEGMENTS_DIR
+    seg.mkdir(parents=True)
+    rundir.write_json(run_dir / rundir.CONFIG, {"scheduler": "x", "workload": {"name": "w", "rate_per_s": 1.0},
+                                               "window": W})
+    import pyarrow as pa
+
+    def rows(*fired):
+        cols = {name: [] for name in rundir.FIRES_SCHEMA.names}
+        for i, f in enumerate(fired):
+            for name, v in zip(rundir.FIRES_SCHEMA.names, (f"t{f}", "t", "poll", f - 0.1, 0.0, f, 0.1, 1, "w0", i,
+                                                           False, f < 10.0)):
+                cols[name].append(v)
+        return pa.table(cols, schema=rundir.FIRES_SCHEMA)
+
+    rundir.write_parquet_atomic(rows(5.0, 11.0, 12.0), rundir.fire_segment(seg, rundir.RUN_LOG, 0))
+    rundir.write_parquet_atomic(rows(13.0, 14.0, 20.0), rundir.fire_segment(seg, rundir.RUN_LOG, 1))
+    rundir.save_rows_atomic(np.array([4, 99]), rundir.late_effects(seg, rundir.RUN_LOG))  # 99: died with its writer
+    rundir.write_samples_segment(seg, 0, {"t": [21.0], "elapsed_s": [21.0], "scope": ["run"],
+                                          "metric": ["fires_per_s"], "value": [1.0]})
+    assert rundir.run_state(run_dir) == "interrupted"
+    fd = rundir.hold_run_lock(run_dir)  # as the live run process does
+    try:
+        assert rundir.run_state(run_dir) == "running"
+    finally:
+        rundir.release_run_lock(run_dir, fd)
+    assert rundir.run_state(run_dir) == "interrupted"
+
+    assert rundir.read_fires(run_dir).column("effect_delivered").to_pylist() == [False] * 4 + [True, False]
+    s = rundir.interrupted_summary(run_dir)
+    assert s["complete"] is False and s["incomplete_reason"].startswith("interrupted at T+21 s")
+    assert s["fires"] == 5 and s["measured_s"] == pytest.approx(10.0)  # the window ends at the last fire (20)
+    assert s["missed"] is None and any("not judged" in w for w in s["warnings"])
+    rundir.write_json(run_dir / rundir.SUMMARY, s)
+    assert rundir.run_state(run_dir) == "finished"

@@ -47,3 +47,26 @@ def test_baseline_by_directory_name_or_scheduler(tmp_path):
     assert pick_baseline(runs, "pg_leased") == 1
     with pytest.raises(ReportError, match="choose one of"):
         pick_baseline(runs, "temporal_shards")
+
+
+def test_a_damaged_file_is_one_short_line_said_once(tmp_path):
+    """A truncated fires.parquet without summary.json: the recomputed summary fails for the same
+    reason as the file; the run's warnings say it once, in one line."""
+    from reports.tables import run_checks, warning_lines
+
+    d = make_run_dir(tmp_path, "20260101-000001-memory", "memory")
+    (d / "summary.json").unlink()
+    (d / "fires.parquet").write_bytes(b"PAR1" + b"\0" * 100)
+    (run,) = load_runs([str(d)])
+    fires = [x for x in run.problems if "fires" in x]
+    assert len(fires) == 1 and fires[0].startswith("fires.parquet unreadable (") and len(fires[0]) < 160
+    lines = warning_lines(run, run_checks(run))
+    assert sum("fires.parquet unreadable" in line for line in lines) == 1
+
+
+def test_collapse_says_each_problem_once():
+    from reports.fmt import collapse
+
+    boom = "RuntimeError: store connection lost\nTraceback (most recent call last): ..."
+    assert collapse([boom, boom, "other", boom]) == ["RuntimeError: store connection lost (3 times)", "other"]
+    assert collapse(["incomplete run: crashed: X; figures cover what was recorded", "y"], known=["crashed: X"]) == ["y"]

@@ -6,6 +6,7 @@ import time
 import psycopg
 from psycopg import sql
 
+from metrics import rundir
 from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
 
@@ -31,7 +32,7 @@ async def test_sampler_reads_table_and_toast_stats_as_deltas(pg_dsn, schema, tmp
         conn.execute(sql.SQL("CREATE TABLE {}.triggers (id int PRIMARY KEY, state bytea)").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("INSERT INTO {}.triggers SELECT g, NULL FROM generate_series(1, 50) g").format(sql.Identifier(schema)))
     now = time.time()
-    sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "f.parquet", now, now + 60), pg_dsn, tmp_path)
+    sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", now, now + 60), pg_dsn, tmp_path)
     await sampler.open()  # the baseline: the 50 inserts above are before the run
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         # incompressible 4 KB states go to the TOAST table (seeds/003)
@@ -54,4 +55,4 @@ async def test_sampler_reads_table_and_toast_stats_as_deltas(pg_dsn, schema, tmp
     assert latest[("run", "wal_bytes")] > 0
     assert ("run", "oldest_xact_age_s") in latest
     sampler.save()
-    assert (tmp_path / "samples.parquet").exists()
+    assert rundir.read_samples(tmp_path).num_rows == sum(1 for _ in latest)  # one segment: this sample
