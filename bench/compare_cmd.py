@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bench.options import stack_options, workload_options
+from harness.errors import UsageError
 
 
 @click.command("compare", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -40,7 +41,9 @@ def compare(ctx: click.Context, schedulers_opt: str | None, workload_spec: str |
                         ("--warmup", warmup), ("--dsn", dsn), ("--temporal-address", temporal_address)):
         if value is not None:
             run_args += [flag, value]
-    result = run_compare(names, run_args + list(ctx.args), out_dir, output, markdown,
+    run_args += list(ctx.args)
+    check_children(names, run_args, out_dir, [output, markdown], dsn, temporal_address)
+    result = run_compare(names, run_args, out_dir, output, markdown,
                          echo=lambda line: click.echo(line, nl=False, err=True))
     click.echo(f"report: {result.html}")
     click.echo(f"markdown: {result.markdown}")
@@ -48,3 +51,28 @@ def compare(ctx: click.Context, schedulers_opt: str | None, workload_spec: str |
         raise KeyboardInterrupt
     if result.failures:
         raise failure_error(result, len(names))
+
+
+def check_children(names: list[str], run_args: list[str], out_dir: Path, files: list[Path | None], dsn: str | None,
+                   temporal_address: str | None, rate_args: list[str] | None = None) -> None:
+    """Before the first child run starts: each child's ``bench run`` arguments, the report files,
+    the servers every child needs (reachable, started if embedded), their faults and leftovers."""
+    from bench.run_cmd import check_run_args
+    from harness import faults as faults_mod
+    from harness.inputs import check_writable_dir, parse_faults
+    from harness.schemas import check_leftovers
+    from harness.servers import resolve_servers, scheduler_class
+
+    parsed = [check_run_args(["--scheduler", name, "--out", str(out_dir), *(rate_args or []), *run_args])
+              for name in names]
+    for f in files:
+        if f is not None:
+            if f.is_dir():
+                raise UsageError(f"{f} is a directory; give a file name for the report")
+            check_writable_dir("the report's directory", f.parent)
+    note = lambda m: click.echo(f"note: {m}", err=True)  # noqa: E731
+    dsn, address = resolve_servers([scheduler_class(n) for n in names], dsn, temporal_address, say=note)
+    for p in parsed:
+        faults_mod.check(parse_faults(p["faults"]), dsn=dsn, temporal_address=address, nodes=p["nodes"])
+    if dsn:
+        check_leftovers(dsn, any(p["allow_leftovers"] for p in parsed), say=note)

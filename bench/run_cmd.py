@@ -16,7 +16,7 @@ from bench.options import overrides, stack_options, workload_options
 @workload_options("workload", "rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration",
                   "warmup", "seed", "trace")
 @click.option("--opt", "opts", multiple=True, help="Scheduler option key=value (repeatable).")
-@click.option("--keep", is_flag=True, help="Keep the run's schema instead of dropping it.")
+@click.option("--keep", is_flag=True, help="Keep the run's schema instead of dropping it (`bench env gc` leaves it).")
 @click.option("--out", default="runs", show_default=True, help="Parent directory of run directories.")
 @click.option("--fault", "faults", multiple=True,
               help="Inject a fault (repeatable): kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, "
@@ -26,28 +26,41 @@ from bench.options import overrides, stack_options, workload_options
 @click.option("--arm-load", default=None,
               help="Arm this many extra timers/s through PUT /timers with locust beside the run, e.g. 200/s "
                    "(implies --nodes 1 at least).")
+@click.option("--allow-leftovers", is_flag=True,
+              help="Start even though schemas left by interrupted runs hold more than 1 GiB on the server "
+                   "(see `bench env status`).")
 @stack_options
 def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
-        arm_load=None, **workload) -> None:
+        arm_load=None, allow_leftovers=False, **workload) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from harness import faults as faults_mod
-    from harness.inputs import check_nodes, load_workload, parse_faults, parse_rate_option
-    from harness.servers import resolve_servers, scheduler_class, scheduler_options
+    from harness.inputs import check_run
+    from harness.schemas import check_leftovers
+    from harness.servers import resolve_servers
     from harness.session import RunSession
 
-    cls = scheduler_class(scheduler_name)
-    w = load_workload(workload_spec, overrides(workload))
-    options = scheduler_options(cls, opts)
-    arm_load_per_s = None
-    if arm_load is not None:
-        arm_load_per_s = parse_rate_option("--arm-load", arm_load)
-        nodes = max(1, nodes or 1)  # locust needs a node's HTTP API to arm through
-    check_nodes(cls, nodes)
-    fault_specs = parse_faults(faults)
-    dsn, address = resolve_servers([cls], dsn, temporal_address, say=lambda m: click.echo(f"note: {m}", err=True))
-    faults_mod.check(fault_specs, dsn=dsn, temporal_address=address, nodes=nodes)
-    session = RunSession(cls, options, w, dsn, address, Path(out), keep, list(sys.argv), nodes=nodes,
-                         arm_load_per_s=arm_load_per_s, fault_specs=fault_specs)
+    # every input first (nothing is created or touched before they are all good), then the servers
+    plan = check_run(scheduler_name, workload_spec, overrides(workload), opts, out, faults, nodes, arm_load)
+    note = lambda m: click.echo(f"note: {m}", err=True)  # noqa: E731
+    dsn, address = resolve_servers([plan.cls], dsn, temporal_address, say=note)
+    faults_mod.check(plan.fault_specs, dsn=dsn, temporal_address=address, nodes=plan.nodes)
+    if dsn:
+        check_leftovers(dsn, allow_leftovers, say=note)
+    session = RunSession(plan.cls, plan.options, plan.workload, dsn, address, plan.out, keep, list(sys.argv),
+                         nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs)
     code = asyncio.run(session.main())
     if code:
         sys.exit(code)
+
+
+def check_run_args(args: list[str]) -> dict:
+    """Check a child ``bench run``'s arguments as ``bench run`` would, without running it or
+    touching a server (``bench compare`` and ``bench sweep``, before their first child); returns
+    its parsed options."""
+    from harness.inputs import check_run
+
+    with run.make_context("run", list(args)) as ctx:
+        p = dict(ctx.params)
+    check_run(p["scheduler_name"], p["workload_spec"], overrides(p), p["opts"], p["out"], p["faults"], p["nodes"],
+              p["arm_load"])
+    return p

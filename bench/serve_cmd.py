@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,23 +26,32 @@ from bench.options import stack_options
 @click.option("--opt", "opts", multiple=True, help="Scheduler option key=value (repeatable).")
 @click.option("--worker-id", default=None, help="Owner id of this node's claims (default: serve-<host>-<pid>).")
 @click.option("--record", "record_dir", default=None, help="Directory for this node's fire log and state.")
+@click.option("--allow-unauthenticated", is_flag=True,
+              help="Serve a non-loopback --host without a token (anyone who can reach it can arm timers).")
 @stack_options
-def serve(scheduler_name, host, port, token, schema, workload_spec, opts, worker_id, record_dir, dsn,
-          temporal_address) -> None:
-    """Run one scheduler node with an HTTP API (PUT /timers, /health/live, /health/ready, /metrics)."""
+def serve(scheduler_name, host, port, token, schema, workload_spec, opts, worker_id, record_dir,
+          allow_unauthenticated, dsn, temporal_address) -> None:
+    """Run one scheduler node with an HTTP API (PUT /timers, /health/live, /health/ready, /metrics).
+
+    A --host other than loopback needs --token (or TIMERBENCH_TOKEN), or --allow-unauthenticated."""
     from harness.errors import UsageError
-    from harness.inputs import load_workload
+    from harness.inputs import check_schema_name, check_serve_exposure, check_writable_dir, load_workload
     from harness.node import serve_node
     from harness.servers import resolve_servers, scheduler_class, scheduler_options
 
     cls = scheduler_class(scheduler_name)
-    w = load_workload(workload_spec, {})
-    options = scheduler_options(cls, opts)
+    check_serve_exposure(host, token or None, allow_unauthenticated)
     if not (0 <= port < 65536):
         raise UsageError(f"bad --port {port}; use 0..65535 (0 picks a free port)")
+    check_schema_name(schema)
+    if worker_id is not None and not re.fullmatch(r"[\w.-]{1,100}", worker_id):
+        raise UsageError(f"bad --worker-id {worker_id[:40]!r}; use letters, digits, '.', '_' and '-' "
+                         f"(or leave it out for serve-<host>-<pid>)")
+    w = load_workload(workload_spec, {})
+    options = scheduler_options(cls, opts)
+    record = check_writable_dir("--record", record_dir) if record_dir else None
     dsn, address = resolve_servers([cls], dsn, temporal_address, say=lambda m: click.echo(f"note: {m}", err=True))
     worker_id = worker_id or f"serve-{os.uname().nodename}-{os.getpid()}"
-    record = Path(record_dir) if record_dir else None
     if record is not None:
         record.mkdir(parents=True, exist_ok=True)
     code = asyncio.run(serve_node(cls, options, w, dsn, address, schema, host, port, token or None, worker_id, record))

@@ -43,10 +43,11 @@ def sweep(ctx: click.Context, scheduler_opt: str, rates: str, slo_spec: str, dur
     and report.md. Any other option (such as --seed or --opt key=value) is passed to every
     `bench run`.
     """
+    from bench.compare_cmd import check_children
     from harness.compare import default_schedulers
     from harness.errors import UsageError
-    from harness.inputs import parse_duration_option
-    from harness.sweep import SweepPlan, run_sweep
+    from harness.inputs import check_writable_dir, parse_duration_option
+    from harness.sweep import SweepPlan, run_args, run_sweep
     from harness.sweep_rule import parse_rates, parse_slo
 
     try:
@@ -63,6 +64,10 @@ def sweep(ctx: click.Context, scheduler_opt: str, rates: str, slo_spec: str, dur
                      out_dir=out_dir, retries=retries, pgbench=not no_pgbench, pgbench_s=pgbench_s, dsn=dsn,
                      temporal_address=temporal_address,
                      command=sys.argv[sys.argv.index("sweep"):] if "sweep" in sys.argv else ["sweep"])
+    # every child run's arguments at the highest rate (the largest population), before the first
+    check_writable_dir("--out", out_dir)
+    check_children(names, run_args(plan), out_dir, [], dsn, temporal_address,
+                   rate_args=["--rate", f"{max(rate_list):g}/s", "--warmup", warmup])
     result = run_sweep(plan, echo=lambda line: click.echo(line, nl=False, err=True))
     _print_table(result.data)
     click.echo(f"sweep: {result.path}")

@@ -1,9 +1,28 @@
-"""What a command was given, checked and converted before anything starts: a bad workload, rate
-or option is a usage error (one line, exit 2) raised here, before a run directory exists or a
-schema is touched."""
+"""What a command was given, checked and converted before anything starts.
+
+A bad workload file, trace, rate, option or fault is a usage error (one line naming the file,
+line and field, or the option, and what is accepted; exit 2) raised here, before a run
+directory exists or a schema is touched. Every command that takes these inputs (``bench run``,
+``compare``, ``sweep``, ``migrate dry-run``, ``serve``) checks them through this module, and the
+commands that start child runs check the children's arguments before the first child starts.
+
+What is checked beyond the parsers' own forms:
+
+* the workload file: a file, at most a MiB, UTF-8, valid YAML, a mapping, every field known
+  and given once, every number finite (:func:`loadgen.workload.load_located`);
+* the trace: read in full (:func:`loadgen.population.from_trace`): the required columns, UTF-8,
+  every ``trigger_id`` and ``tenant_id`` non-empty, ids unique, intervals finite and > 0, first
+  fires finite and >= 0; and first its size, against the memory it would take;
+* the population a run would build, against the memory this machine has free
+  (:func:`check_memory`);
+* the output directory: a directory (or one that can be created) that this user can write.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+from pathlib import Path
 from typing import Any, Mapping
 
 from harness.errors import UsageError
@@ -12,21 +31,99 @@ from harness.errors import UsageError
 WORKLOAD_OVERRIDES = ("rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration", "warmup",
                       "seed", "trace")
 
+# What one trigger costs a run in this process: measured ~125 B for a synthetic population and
+# ~80 B for the polling processor's bookkeeping and index (500k triggers, Python 3.11); a trace's
+# own strings ~210 B a row. The rest is room for the scheduler's own per-timer entries (the
+# memory backend keeps a heap entry and the poll state of every timer, added separately) and the
+# arming batches.
+RUN_BYTES_PER_TRIGGER = 1024
+TRACE_BYTES_PER_FILE_BYTE = 8  # measured: a trace's population is ~6.2x its CSV, plus the index
+MEMORY_SHARE = 0.5  # a run may plan to use at most this share of the memory free when it starts
+MAX_SCHEMA_BYTES = 63  # Postgres truncates longer identifiers, so two long names could meet
 
-def load_workload(spec: str | None, overrides: Mapping[str, Any]):
-    """The resolved :class:`loadgen.workload.Workload` of a preset or YAML file plus overrides."""
+
+def option_name(field: str | None) -> str:
+    return f"--{(field or '').replace('_', '-')}"
+
+
+def load_workload(spec: str | None, overrides: Mapping[str, Any], *, state_in_process: bool = False):
+    """The resolved :class:`loadgen.workload.Workload` of a preset or YAML file plus overrides,
+    its trace (if any) read and checked, its population checked against free memory."""
     from loadgen import workload as wl
 
-    if overrides.get("rate") is not None and overrides.get("triggers") is not None:
-        raise UsageError(f"give --rate or --triggers, not both (got --rate {overrides['rate']} and "
-                         f"--triggers {overrides['triggers']})")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "rate" in given and "triggers" in given:
+        raise UsageError(f"give --rate or --triggers, not both (got --rate {given['rate']} and "
+                         f"--triggers {given['triggers']})")
     try:
-        w = wl.load(spec)
-        return wl.Overrides(dict(overrides)).apply(w).resolved()
+        w, origins = wl.load_located(spec)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    except TypeError as exc:
-        raise UsageError(f"bad workload value: {exc}") from None
+    try:
+        w = wl.Overrides(given).apply(w)
+    except wl.WorkloadError as exc:
+        raise UsageError(f"{option_name(exc.field)}: {exc}") from None
+    try:
+        w = w.resolved()
+    except wl.WorkloadError as exc:
+        if exc.field in given:
+            where = option_name(exc.field)
+        else:
+            where = origins.get(exc.field) or origins[""]  # "" is the file itself
+        raise UsageError(f"{where}: {exc}") from None
+    triggers = w.triggers
+    if w.trace:
+        where = "--trace" if "trace" in given else origins.get("trace", "the workload's trace")
+        triggers = len(check_trace(w.trace, where))
+    check_memory(w, triggers, state_in_process=state_in_process)
+    return w
+
+
+def check_trace(trace: str, where: str = "--trace"):
+    """Read the whole trace now (each row checked), after checking its size against free memory."""
+    from loadgen.population import from_trace
+
+    path = Path(trace)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # from_trace says what is wrong with the path
+    need = size * TRACE_BYTES_PER_FILE_BYTE
+    free = _free_memory()
+    if need > MEMORY_SHARE * free:
+        raise UsageError(f"{where}: trace {trace} is {_bytes(size)}; replaying it takes about {_bytes(need)} of "
+                         f"memory, more than {MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); "
+                         f"replay a shorter trace")
+    try:
+        return from_trace(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_memory(w, triggers: int | None, *, state_in_process: bool = False) -> None:
+    """Refuse a population that would not fit: ``RUN_BYTES_PER_TRIGGER`` per trigger (plus its
+    poll state when the scheduler keeps timers in this process) against free memory."""
+    if not triggers:
+        return
+    per_trigger = RUN_BYTES_PER_TRIGGER + (w.state_bytes if state_in_process else 0)
+    need = triggers * per_trigger + w.tenants * 64 + (w.poll_concurrency or 0) * 8
+    free = _free_memory()
+    if need > MEMORY_SHARE * free:
+        raise UsageError(f"{triggers:,} triggers need about {_bytes(need)} of memory in this process, more than "
+                         f"{MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); lower --rate or "
+                         f"--triggers (or widen --interval)")
+
+
+def _free_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _bytes(n: float) -> str:
+    from reports.fmt import human_bytes
+
+    return human_bytes(n)
 
 
 def parse_duration_option(name: str, text: str) -> float:
@@ -47,6 +144,16 @@ def parse_rate_option(name: str, text: str) -> float:
         raise UsageError(f"{name}: {exc}") from None
 
 
+def check_finite_option(name: str, value: float, lo: float | None = None, hi: float | None = None) -> float:
+    """A number option (click parses ``nan`` and ``inf`` as floats): finite and within bounds."""
+    ok = math.isfinite(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
+    if not ok:
+        bounds = (f"between {lo:g} and {hi:g}" if lo is not None and hi is not None
+                  else f">= {lo:g}" if lo is not None else f"<= {hi:g}" if hi is not None else "")
+        raise UsageError(f"bad {name} {value!r}; give a finite number {bounds}".rstrip())
+    return value
+
+
 def check_nodes(cls, nodes: int | None) -> None:
     if nodes is None:
         return
@@ -64,3 +171,94 @@ def parse_faults(texts) -> list:
         return faults.parse_all(texts)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_writable_dir(name: str, path: str | Path) -> Path:
+    """A directory this user can write into, or one that can be created (nothing is created here)."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{name} {path}: a file is in the way; give a directory")
+        target = path
+    else:
+        target = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+        if not target.is_dir():
+            raise UsageError(f"{name} {path}: {target} is a file; give a directory")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {path}: {target} is not writable by this user; give a directory you can write")
+    return path
+
+
+def check_schema_name(name: str) -> str:
+    if not name or not name.strip():
+        raise UsageError("bad --schema ''; give a schema name")
+    if len(name.encode()) > MAX_SCHEMA_BYTES:
+        raise UsageError(f"bad --schema {name[:20]!r}...: {len(name.encode())} bytes, Postgres keeps "
+                         f"{MAX_SCHEMA_BYTES}; give a shorter name")
+    return name
+
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
+    import ipaddress
+    import socket
+
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        raise UsageError(f"bad --host {host!r}: cannot resolve it; give an address such as 127.0.0.1") from None
+    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
+
+
+def check_serve_exposure(host: str, token: str | None, allow_unauthenticated: bool) -> None:
+    """A node reachable from other machines must ask for a token, unless told not to."""
+    if token or allow_unauthenticated or is_loopback(host):
+        return
+    raise UsageError(f"bench serve --host {host} without a token would let anyone who can reach it arm timers; "
+                     f"give --token (or TIMERBENCH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated")
+
+
+# -- a whole `bench run` ------------------------------------------------------------------------------
+
+
+class RunPlan:
+    """A ``bench run`` checked in full, before its servers are touched."""
+
+    def __init__(self, cls, options: dict, workload, out: Path, nodes: int | None, arm_load_per_s: float | None,
+                 fault_specs: list) -> None:
+        self.cls = cls
+        self.options = options
+        self.workload = workload
+        self.out = out
+        self.nodes = nodes
+        self.arm_load_per_s = arm_load_per_s
+        self.fault_specs = fault_specs
+
+
+def check_run(scheduler_name: str, workload_spec: str | None, overrides: Mapping[str, Any], opts, out,
+              faults=(), nodes: int | None = None, arm_load: str | None = None) -> RunPlan:
+    """Every input of a run that can be checked without a server, in the order a person reads the
+    command line; the first bad one is the usage error."""
+    from harness.servers import scheduler_class, scheduler_options
+
+    cls = scheduler_class(scheduler_name)
+    in_process = not (getattr(cls, "needs_postgres", False) or getattr(cls, "needs_temporal", False))
+    w = load_workload(workload_spec, overrides, state_in_process=in_process)
+    options = scheduler_options(cls, opts)
+    out_dir = check_writable_dir("--out", out)
+    arm_load_per_s = None
+    if arm_load is not None:
+        arm_load_per_s = parse_rate_option("--arm-load", arm_load)
+        nodes = max(1, nodes or 1)  # locust needs a node's HTTP API to arm through
+    check_nodes(cls, nodes)
+    fault_specs = parse_faults(faults)
+    return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, fault_specs)

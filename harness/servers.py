@@ -42,10 +42,21 @@ def scheduler_class(name: str):
 
 
 def scheduler_options(cls, pairs: Sequence[str]) -> dict:
-    """A scheduler's defaults with ``--opt key=value`` pairs applied; bad pairs exit 2."""
+    """A scheduler's defaults with ``--opt key=value`` pairs applied; bad pairs exit 2: an unknown
+    key, a value of the wrong type, a number that is not finite, or one outside the range the
+    backend declares (``option_ranges``, where it declares them)."""
+    import math
+
     from schedulers.base import OptionSpec
 
     try:
-        return {**cls.default_options, **OptionSpec(dict(cls.default_options)).parse(pairs)}
+        given = OptionSpec(dict(cls.default_options)).parse(pairs)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    ranges = getattr(cls, "option_ranges", None) or {}
+    for key, value in given.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"bad value for scheduler option {key}: {value!r} (expected a finite number)")
+        if key in ranges and value not in ranges[key]:
+            raise UsageError(f"bad value for scheduler option {key}: {value!r} (must be {ranges[key]})")
+    return {**cls.default_options, **given}

@@ -68,18 +68,27 @@ class SweepResult:
     interrupted: bool
 
 
-def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
-    from reports.report import FailedRun, write_report
+def workload_args(plan: SweepPlan) -> list[str]:
+    return (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
+            else ["--workload", plan.workload])
 
-    # Workload overrides given as extra options (--interval, --state-size, ...) reach bench run
-    # after these, and a later option wins there.
-    workload_args = (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
-                     else ["--workload", plan.workload])
-    passthrough = [*workload_args, "--duration", plan.duration]
+
+def run_args(plan: SweepPlan) -> list[str]:
+    """What every child ``bench run`` is given besides ``--rate`` and ``--warmup``. Workload
+    overrides given as extra options (--interval, --state-size, ...) come after the workload's,
+    and a later option wins there."""
+    passthrough = [*workload_args(plan), "--duration", plan.duration]
     for flag, value in (("--dsn", plan.dsn), ("--temporal-address", plan.temporal_address)):
         if value is not None:
             passthrough += [flag, value]
-    passthrough += list(plan.extra_args)
+    return passthrough + list(plan.extra_args)
+
+
+def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
+    from reports.report import FailedRun, write_report
+
+    workload_args_ = workload_args(plan)
+    passthrough = run_args(plan)
 
     started = time.time()
     sweep_dir = _new_sweep_dir(plan.out_dir, started)
@@ -97,7 +106,7 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
         "warmup": plan.warmup,
         "warmup_rule": (f"each backend warms up for --warmup or {WARMUP_MAX_LAG_FACTOR:g} x its declared max lag, "
                         "whichever is longer (backends[name].warmup_s)"),
-        "workload": {"args": workload_args + list(plan.extra_args),
+        "workload": {"args": workload_args_ + list(plan.extra_args),
                      "note": " ".join(["preset", DEFAULT_WORKLOAD, "(poll intervals 10s..20s, 2 ms provider)",
                                        *DEFAULT_WORKLOAD_ARGS] if plan.workload is None else [plan.workload]) + extra},
         "run_args": redact_argv(passthrough),

@@ -34,7 +34,10 @@ def parse_rates(text: str) -> list[float]:
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
         raise ValueError(f"invalid --rates {text!r}: give comma-separated fire rates such as {DEFAULT_RATES}")
-    return sorted({parse_rate(p) for p in parts})
+    try:
+        return sorted({parse_rate(p) for p in parts})
+    except ValueError as exc:
+        raise ValueError(f"--rates: {exc}") from None
 
 
 MAX_LAG = "max-lag"

@@ -13,11 +13,13 @@ instead of a burst at start.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from loadgen.rates import shown
 from loadgen.workload import Workload
 
 SECONDS_PER_DAY = 86400.0
@@ -69,37 +71,88 @@ def build(w: Workload) -> Population:
     return Population(ids, tenants, interval, first, long_horizon)
 
 
+TRACE_COLUMNS = ("trigger_id", "tenant_id", "interval_s", "first_fire_s")
+
+
+def _decoded_lines(raw, where: str):
+    """The trace's lines as text; a line that is not UTF-8 is named."""
+    for number, line in enumerate(raw, start=1):
+        nul = line.find(b"\0")
+        if nul >= 0:
+            raise ValueError(f"{where} line {number}: not text (a NUL byte at column {nul + 1}); give a UTF-8 CSV")
+        try:
+            yield line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{where} line {number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                             f"{exc.start + 1}); save the trace as UTF-8 CSV") from None
+
+
 def from_trace(path: Path) -> Population:
+    """The population of a trace CSV, every row checked: one line naming the file, the line, the
+    field and what is accepted on the first bad one (ValueError)."""
+    where = f"trace {path}"
     ids: list[str] = []
     tenants: list[str] = []
     interval: list[float] = []
     first: list[float] = []
+    seen: dict[str, int] = {}
     try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            need = {"trigger_id", "tenant_id", "interval_s", "first_fire_s"}
-            if reader.fieldnames is None or not need <= set(reader.fieldnames):
-                raise ValueError(
-                    f"trace {path} needs a header with columns {', '.join(sorted(need))}; found {reader.fieldnames}"
-                )
-            for line, row in enumerate(reader, start=2):
-                try:
-                    iv, ff = float(row["interval_s"]), float(row["first_fire_s"])
-                except ValueError:
-                    raise ValueError(f"trace {path} line {line}: interval_s and first_fire_s must be numbers") from None
-                if iv <= 0 or ff < 0:
-                    raise ValueError(f"trace {path} line {line}: need interval_s > 0 and first_fire_s >= 0")
-                ids.append(row["trigger_id"])
-                tenants.append(row["tenant_id"])
+        if not path.is_file():
+            raise ValueError(f"{where}: not found (or not a file); give a CSV with columns {','.join(TRACE_COLUMNS)}")
+        with open(path, "rb") as raw:
+            reader = csv.reader(_decoded_lines(raw, where))
+            header = next(reader, None)
+            if header is None:
+                raise ValueError(f"{where} is empty; give a CSV with the header {','.join(TRACE_COLUMNS)}")
+            header = [h.strip() for h in header]
+            missing = [c for c in TRACE_COLUMNS if c not in header]
+            if missing:
+                raise ValueError(f"{where} line 1: missing column(s) {', '.join(missing)}; the header needs "
+                                 f"{','.join(TRACE_COLUMNS)} (found {shown(','.join(header), 80)})")
+            twice = sorted({h for h in header if header.count(h) > 1})
+            if twice:
+                raise ValueError(f"{where} line 1: column(s) {', '.join(twice)} given twice; name each column once")
+            col = {c: header.index(c) for c in TRACE_COLUMNS}
+            for row in reader:
+                line = reader.line_num
+                if not row or not any(x.strip() for x in row):
+                    continue  # a blank line
+                if len(row) != len(header):
+                    raise ValueError(f"{where} line {line}: {len(row)} fields, the header has {len(header)}; "
+                                     f"give one value per column")
+                tid, tenant = row[col["trigger_id"]], row[col["tenant_id"]]
+                if not tid.strip():
+                    raise ValueError(f"{where} line {line}, field trigger_id: empty; give every trigger an id")
+                if not tenant.strip():
+                    raise ValueError(f"{where} line {line}, field tenant_id: empty; give every trigger a tenant")
+                if tid in seen:
+                    raise ValueError(f"{where} line {line}, field trigger_id: {tid[:40]!r} repeats line {seen[tid]}; "
+                                     f"ids must be unique")
+                iv = _trace_number(row[col["interval_s"]], where, line, "interval_s", "> 0")
+                ff = _trace_number(row[col["first_fire_s"]], where, line, "first_fire_s", ">= 0")
+                seen[tid] = line
+                ids.append(tid)
+                tenants.append(tenant)
                 interval.append(iv)
                 first.append(ff)
     except OSError as exc:
-        raise ValueError(f"cannot read trace {path}: {exc.strerror}") from None
+        raise ValueError(f"cannot read {where}: {exc.strerror}") from None
+    except csv.Error as exc:
+        raise ValueError(f"{where}: not a CSV file ({exc})") from None
     if not ids:
-        raise ValueError(f"trace {path} has no triggers")
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"trace {path} repeats a trigger_id; ids must be unique")
+        raise ValueError(f"{where} has no triggers (a header and no rows)")
     iv = np.asarray(interval)
     ff = np.asarray(first)
     # A first fire far beyond its interval is a long-horizon callback, not part of the steady rate.
     return Population(ids, tenants, iv, ff, ff > np.maximum(10 * iv, SECONDS_PER_DAY))
+
+
+def _trace_number(text: str, where: str, line: int, field: str, accepted: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and (v > 0 if accepted == "> 0" else v >= 0)):
+        raise ValueError(f"{where} line {line}, field {field}: {text.strip()[:40]!r}; need a finite number of "
+                         f"seconds {accepted}")
+    return v

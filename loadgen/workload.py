@@ -11,6 +11,10 @@ names carry the units) and is what ``config.json`` records, every field.
 from ``triggers`` when only that is given): with intervals uniform on ``[lo, hi]`` a trigger
 fires ``E[1/I] = ln(hi/lo)/(hi-lo)`` times a second, so ``triggers = rate / E[1/I]`` (over the
 share of triggers that are not long-horizon). At 556/s and 60-120 s that is ~48,100 triggers.
+
+Bad input raises :class:`WorkloadError` (a ``ValueError``) naming the field, and, for a file,
+the file and line: ``workload file w.yaml line 3, field rate: invalid rate 'fast'; accepted
+forms: ...``. Every number must be finite (no ``.nan``, ``.inf``), every field known.
 """
 
 from __future__ import annotations
@@ -22,9 +26,21 @@ from typing import Any, Mapping
 
 import yaml
 
-from loadgen.rates import parse_duration, parse_interval_range, parse_rate
+from loadgen.rates import parse_duration, parse_interval_range, parse_rate, shown
 
 PRESET_DIR = Path(__file__).parent / "presets"
+MAX_FILE_BYTES = 1 << 20  # a workload file is a page of YAML; anything this big is the wrong file
+MAX_STATE_BYTES = 1 << 20  # poll state per trigger (seeds/003: ~4 KB); a MiB is already far beyond it
+MAX_TENANTS = 1_000_000
+MAX_POLL_CONCURRENCY = 1_000_000
+
+
+class WorkloadError(ValueError):
+    """A bad workload value. ``field`` is the YAML key (and CLI option) it came from, if one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass
@@ -91,31 +107,51 @@ class Workload:
             self.poll_concurrency = max(64, int(math.ceil(4 * self.rate_per_s * self.mean_latency_s())))
 
     def validate(self) -> None:
-        def bad(what: str, value: Any, accepted: str) -> ValueError:
-            return ValueError(f"invalid workload field {what}: {value!r}; {accepted}")
+        def bad(what: str, value: Any, accepted: str) -> WorkloadError:
+            return WorkloadError(f"invalid {what} {shown(value)}; {accepted}", field=what)
+
+        for f in fields(self):  # no NaN or infinity anywhere, whichever way it came in
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise bad(_FIELD_KEY.get(f.name, f.name), v, "must be a finite number")
+        if not self.name or not str(self.name).strip():
+            raise bad("name", self.name, "give a non-empty name")
 
         if self.rate_per_s is None and self.triggers is None and not self.trace:
-            raise bad("rate", None, "give a rate (e.g. 556/s) or a trigger count")
+            raise WorkloadError("no rate: give a rate (e.g. 556/s), a trigger count or a trace", field="rate")
         if self.rate_per_s is not None and self.rate_per_s <= 0:
             raise bad("rate", self.rate_per_s, "must be positive")
         if self.triggers is not None and self.triggers < 1:
             raise bad("triggers", self.triggers, "must be at least 1")
         if not (0 < self.interval_min_s <= self.interval_max_s):
             raise bad("interval", f"{self.interval_min_s}..{self.interval_max_s}", "use LOW..HIGH with 0 < LOW <= HIGH")
-        if self.tenants < 1:
-            raise bad("tenants", self.tenants, "must be at least 1")
+        if not (1 <= self.tenants <= MAX_TENANTS):
+            raise bad("tenants", self.tenants, f"must be between 1 and {MAX_TENANTS:,}")
         if self.tenant_skew < 0:
             raise bad("tenant_skew", self.tenant_skew, "must be >= 0 (0 = uniform)")
-        if self.state_bytes < 0:
-            raise bad("state_size", self.state_bytes, "must be >= 0 bytes")
+        if not (0 <= self.state_bytes <= MAX_STATE_BYTES):
+            raise bad("state_size", self.state_bytes, f"must be between 0 and {MAX_STATE_BYTES:,} bytes")
         for name in ("error_rate", "new_event_rate", "long_horizon_share", "herd_share"):
             v = getattr(self, name)
             if not (0.0 <= v <= 1.0):
                 raise bad(name, v, "must be between 0 and 1")
         if self.latency_median_ms < 0 or self.latency_p99_ms < self.latency_median_ms:
             raise bad("provider_latency", (self.latency_median_ms, self.latency_p99_ms), "need 0 <= median <= p99 (ms)")
-        if self.poll_concurrency is not None and self.poll_concurrency < 1:
-            raise bad("poll_concurrency", self.poll_concurrency, "must be at least 1")
+        if self.poll_concurrency is not None and not (1 <= self.poll_concurrency <= MAX_POLL_CONCURRENCY):
+            raise bad("poll_concurrency", self.poll_concurrency, f"must be between 1 and {MAX_POLL_CONCURRENCY:,}")
+        if self.seed < 0:
+            raise bad("seed", self.seed, "must be a whole number >= 0")
+        if self.arm_batch < 1:
+            raise bad("arm_batch", self.arm_batch, "must be at least 1")
+        if self.retry_backoff_s < 0:
+            raise bad("retry_backoff", self.retry_backoff_s, "must not be negative")
+        if self.grace_s is not None and self.grace_s <= 0:
+            raise bad("grace", self.grace_s, "must be positive (or left out: 2x the backend's max lag)")
+        if not (0 < self.long_horizon_min_days <= self.long_horizon_max_days):
+            raise bad("long_horizon_days", f"{self.long_horizon_min_days:g}..{self.long_horizon_max_days:g}",
+                      "use LOW..HIGH days with 0 < LOW <= HIGH, e.g. 30..60")
+        if self.trace is not None and not str(self.trace).strip():
+            raise bad("trace", self.trace, "give the path of a CSV file")
         if self.duration_s <= 0:
             raise bad("duration", self.duration_s, "must be positive")
         if self.warmup_s < 0:
@@ -124,28 +160,52 @@ class Workload:
 
 # YAML / CLI keys -> (field, parser). Human forms are accepted; the canonical field names too.
 def _float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError(f"{shown(v)} is not a number")
     try:
-        return float(v)
+        f = float(v)
     except (TypeError, ValueError):
-        raise ValueError(f"{v!r} is not a number") from None
+        raise ValueError(f"{shown(v)} is not a number") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{shown(v)} is not a finite number")
+    return f
 
 
 def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError(f"{shown(v)} is not a whole number")
+    if isinstance(v, int):
+        return v
     try:
         f = float(v)
         if f != int(f):
             raise ValueError
         return int(f)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{v!r} is not a whole number") from None
+        raise ValueError(f"{shown(v)} is not a whole number") from None
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+        raise ValueError(f"{shown(v)} is not text")
+    return str(v)
 
 
 def _opt_str(v: Any) -> str | None:
-    return None if v in (None, "") else str(v)
+    return None if v in (None, "") else _str(v)
+
+
+def _days_range(v: Any) -> tuple[float, float]:
+    lo, _, hi = str(v).partition("..")
+    try:
+        low, high = _float(lo), _float(hi or lo)
+    except ValueError:
+        raise ValueError(f"invalid long_horizon_days {shown(v)}; use LOW..HIGH days, e.g. 30..60") from None
+    return low, high
 
 
 _KEYS: dict[str, tuple[str, Any]] = {
-    "name": ("name", str),
+    "name": ("name", _str),
     "rate": ("rate_per_s", parse_rate),
     "triggers": ("triggers", _int),
     "tenants": ("tenants", _int),
@@ -167,36 +227,62 @@ _KEYS: dict[str, tuple[str, Any]] = {
 }
 
 
+# canonical field name -> the YAML key it is written as (for messages)
+_FIELD_KEY = {name: key for key, (name, _) in _KEYS.items()} | {
+    "interval_min_s": "interval", "interval_max_s": "interval", "latency_median_ms": "provider_latency",
+    "latency_p99_ms": "provider_latency", "long_horizon_min_days": "long_horizon_days",
+    "long_horizon_max_days": "long_horizon_days"}
+
+
+def _canonical_parser(name: str):
+    """A canonical field name given as a key (``duration_s: 30``): the value is checked by the type
+    the field declares."""
+    kind = next(f.type for f in fields(Workload) if f.name == name)
+    parse = _float if "float" in kind else _int if "int" in kind else _str
+    return (lambda v: None if v is None else parse(v)) if "None" in kind else parse
+
+
+def _set(w: Workload, key: str, value: Any) -> None:
+    if key == "interval":
+        w.interval_min_s, w.interval_max_s = parse_interval_range(str(value))
+    elif key == "provider_latency":
+        if not isinstance(value, Mapping) or not set(value) <= {"median", "p99"}:
+            raise ValueError(f"invalid provider_latency {shown(value)}; use {{median: 120ms, p99: 900ms}}")
+        if "median" in value:
+            w.latency_median_ms = parse_duration(value["median"]) * 1000.0
+        if "p99" in value:
+            w.latency_p99_ms = parse_duration(value["p99"]) * 1000.0
+    elif key == "long_horizon_days":
+        w.long_horizon_min_days, w.long_horizon_max_days = _days_range(value)
+    elif key in _KEYS:
+        name, parse = _KEYS[key]
+        try:
+            setattr(w, name, parse(value) if value is not None else None)
+        except ValueError as exc:
+            msg = str(exc)
+            # parse_rate / parse_duration already name the value and the accepted forms
+            raise ValueError(msg if msg.startswith("invalid") else f"invalid {key.replace('_', '-')}: {msg}") from None
+    else:
+        try:
+            setattr(w, key, _canonical_parser(key)(value))
+        except ValueError as exc:
+            raise ValueError(f"invalid {key}: {exc}") from None
+
+
 def from_mapping(data: Mapping[str, Any], base: Workload | None = None) -> Workload:
-    """A workload from a YAML mapping (human forms) over ``base``. Raises ValueError."""
+    """A workload from a YAML mapping (human forms) over ``base``. Raises :class:`WorkloadError`
+    naming the field."""
     w = Workload(**asdict(base)) if base else Workload()
     canonical = {f.name for f in fields(Workload)}
     for key, value in data.items():
-        if key == "interval":
-            w.interval_min_s, w.interval_max_s = parse_interval_range(str(value))
-        elif key == "provider_latency":
-            if not isinstance(value, Mapping):
-                raise ValueError(f"invalid workload field provider_latency: {value!r}; use {{median: 120ms, p99: 900ms}}")
-            if "median" in value:
-                w.latency_median_ms = parse_duration(value["median"]) * 1000.0
-            if "p99" in value:
-                w.latency_p99_ms = parse_duration(value["p99"]) * 1000.0
-        elif key == "long_horizon_days":
-            lo, _, hi = str(value).partition("..")
-            w.long_horizon_min_days, w.long_horizon_max_days = float(lo), float(hi or lo)
-        elif key in _KEYS:
-            name, parse = _KEYS[key]
-            try:
-                setattr(w, name, parse(value) if value is not None else None)
-            except ValueError as exc:
-                msg = str(exc)
-                # parse_rate / parse_duration already name the value and the accepted forms
-                raise ValueError(msg if msg.startswith("invalid") else f"invalid {key.replace('_', '-')}: {msg}") from None
-        elif key in canonical:
-            setattr(w, key, value)
-        else:
+        if not isinstance(key, str) or key not in (*_KEYS, *canonical, "interval", "provider_latency",
+                                                   "long_horizon_days"):
             accepted = ", ".join(sorted([*_KEYS, "interval", "provider_latency", "long_horizon_days"]))
-            raise ValueError(f"unknown workload field {key!r}; accepted: {accepted}")
+            raise WorkloadError(f"unknown workload field {shown(key)}; accepted: {accepted}", field=str(key))
+        try:
+            _set(w, key, value)
+        except ValueError as exc:
+            raise WorkloadError(str(exc), field=key) from None
     return w
 
 
@@ -206,28 +292,76 @@ def presets() -> list[str]:
 
 def load(spec: str | None) -> Workload:
     """A workload from a preset name or a YAML file; ``None`` gives the production preset."""
+    return load_located(spec)[0]
+
+
+def load_located(spec: str | None) -> tuple[Workload, dict[str, str]]:
+    """:func:`load`, and where each field was given (``workload file F line N``), for messages
+    about fields that only fail once combined with command-line overrides."""
     spec = spec or "production"
     path = Path(spec)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         path = PRESET_DIR / f"{spec}.yaml"
         if not path.exists():
-            raise ValueError(
-                f"unknown workload {spec!r}; give a YAML file or one of the presets: {', '.join(presets())}"
+            raise WorkloadError(
+                f"unknown workload {shown(spec)}; give a YAML file or one of the presets: {', '.join(presets())}"
             )
-    if not path.exists():
-        raise ValueError(f"workload file not found: {spec}")
+    where = f"workload file {spec}" if path.parent != PRESET_DIR else f"workload preset {spec}"
+    text = _read_text(path, where)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ValueError(f"workload file {spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, Mapping):
-        raise ValueError(f"workload file {spec} must be a mapping of fields")
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise WorkloadError(f"{where}{at}: not valid YAML ({problem}); write one `field: value` per line") from None
+    if node is None:
+        data, lines = {}, {}
+    elif not isinstance(node, yaml.MappingNode) or not isinstance(data, Mapping):
+        kind = {"SequenceNode": "a list", "ScalarNode": "a single value"}.get(type(node).__name__, "not a mapping")
+        raise WorkloadError(f"{where} line {node.start_mark.line + 1}: must be a mapping of fields "
+                            f"(one `field: value` per line, e.g. `rate: 556/s`), found {kind}")
+    else:
+        lines = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in lines:
+                raise WorkloadError(f"{where} line {key_node.start_mark.line + 1}: field {key} given twice "
+                                    f"(first at line {lines[key]}); give each field once")
+            lines[key] = value_node.start_mark.line + 1
     data = dict(data)
     data.setdefault("name", path.stem)
     trace = data.get("trace")
-    if trace and not Path(str(trace)).is_absolute():
-        data["trace"] = str(path.parent / str(trace))  # a file's trace is relative to the file (bench capture)
-    return from_mapping(data)
+    if isinstance(trace, str) and trace and not Path(trace).is_absolute():
+        data["trace"] = str(path.parent / trace)  # a file's trace is relative to the file (bench capture)
+    origins = {"": where} | {key: f"{where} line {line}, field {key}" for key, line in lines.items()}
+    try:
+        return from_mapping(data), origins
+    except WorkloadError as exc:
+        raise WorkloadError(f"{origins.get(exc.field, where)}: {exc}", field=exc.field) from None
+
+
+def _read_text(path: Path, where: str) -> str:
+    """The file as UTF-8 text, or one line saying why not (the line of a byte that is not UTF-8)."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise WorkloadError(f"{where}: not a file; give a YAML file or a preset name")
+        if size > MAX_FILE_BYTES:
+            raise WorkloadError(f"{where}: {size:,} bytes is not a workload (at most {MAX_FILE_BYTES:,}); "
+                                f"give a YAML file of fields")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise WorkloadError(f"workload file not found: {path}") from None
+    except OSError as exc:
+        raise WorkloadError(f"{where}: cannot read it ({exc.strerror})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise WorkloadError(f"{where} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                            f"save it as UTF-8") from None
 
 
 @dataclass
