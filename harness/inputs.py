@@ -71,11 +71,13 @@ def load_workload(spec: str | None, overrides: Mapping[str, Any], *, state_in_pr
         else:
             where = origins.get(exc.field) or origins[""]  # "" is the file itself
         raise UsageError(f"{where}: {exc}") from None
-    triggers = w.triggers
-    if w.trace:
+    if w.trace:  # the trace fixes the population, and so the rate (as the run will find them)
         where = "--trace" if "trace" in given else origins.get("trace", "the workload's trace")
-        triggers = len(check_trace(w.trace, where))
-    check_memory(w, triggers, state_in_process=state_in_process)
+        population = check_trace(w.trace, where)
+        w.triggers = len(population)
+        w.rate_per_s = population.rate_per_s()
+        w.fill_concurrency()
+    check_memory(w, w.triggers, state_in_process=state_in_process)
     return w
 
 
@@ -100,16 +102,18 @@ def check_trace(trace: str, where: str = "--trace"):
         raise UsageError(str(exc)) from None
 
 
-def check_memory(w, triggers: int | None, *, state_in_process: bool = False) -> None:
+def check_memory(w, triggers: int | None, *, state_in_process: bool = False, processes: int = 1) -> None:
     """Refuse a population that would not fit: ``RUN_BYTES_PER_TRIGGER`` per trigger (plus its
-    poll state when the scheduler keeps timers in this process) against free memory."""
+    poll state when the scheduler keeps timers in this process) in each of ``processes`` (the run
+    and its ``--nodes``, which each rebuild the population) against free memory."""
     if not triggers:
         return
     per_trigger = RUN_BYTES_PER_TRIGGER + (w.state_bytes if state_in_process else 0)
-    need = triggers * per_trigger + w.tenants * 64 + (w.poll_concurrency or 0) * 8
+    need = processes * (triggers * per_trigger + w.tenants * 64 + (w.poll_concurrency or 0) * 8)
     free = _free_memory()
     if need > MEMORY_SHARE * free:
-        raise UsageError(f"{triggers:,} triggers need about {_bytes(need)} of memory in this process, more than "
+        where = "this process" if processes == 1 else f"{processes} processes (the run and its nodes)"
+        raise UsageError(f"{triggers:,} triggers need about {_bytes(need)} of memory in {where}, more than "
                          f"{MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); lower --rate or "
                          f"--triggers (or widen --interval)")
 
@@ -260,5 +264,7 @@ def check_run(scheduler_name: str, workload_spec: str | None, overrides: Mapping
         arm_load_per_s = parse_rate_option("--arm-load", arm_load)
         nodes = max(1, nodes or 1)  # locust needs a node's HTTP API to arm through
     check_nodes(cls, nodes)
+    if nodes:
+        check_memory(w, w.triggers, processes=1 + nodes)
     fault_specs = parse_faults(faults)
     return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, fault_specs)

@@ -103,8 +103,8 @@ class Workload:
 
     def fill_concurrency(self) -> None:
         """Little's law with 4x headroom: the simulated provider is not what a run measures."""
-        if self.poll_concurrency is None and self.rate_per_s:
-            self.poll_concurrency = max(64, int(math.ceil(4 * self.rate_per_s * self.mean_latency_s())))
+        if self.poll_concurrency is None:  # (a trace of long-horizon timers only offers no steady rate)
+            self.poll_concurrency = max(64, int(math.ceil(4 * (self.rate_per_s or 0.0) * self.mean_latency_s())))
 
     def validate(self) -> None:
         def bad(what: str, value: Any, accepted: str) -> WorkloadError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -48,8 +49,14 @@ def wait_until(what: str, check, proc: subprocess.Popen | None = None, timeout_s
 
 
 def the_run_dir(out: Path) -> Path | None:
+    """The run's directory once it has written its config.json (the directory comes a moment before)."""
     dirs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
-    return dirs[0] if len(dirs) == 1 else None
+    return dirs[0] if len(dirs) == 1 and (dirs[0] / rundir.CONFIG).exists() else None
+
+
+def run_schema_name() -> str:
+    """A name gc takes for a run's (unique per test, so that concurrent test sessions never meet)."""
+    return time.strftime("run_%Y%m%d_%H%M%S_", time.gmtime()) + secrets.token_hex(3)
 
 
 def closed_segments(directory: Path) -> list[Path]:
@@ -144,7 +151,7 @@ def test_gc_drops_what_an_interrupted_run_left_and_nothing_else(tmp_path, pg_dsn
     assert _exists(pg_dsn, left)
 
     # what must survive: a schema kept on purpose, one that is not a run's, and a live run's
-    kept = "run_20000101_000000_abcdef"
+    kept = run_schema_name()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{kept}"')
         conn.execute(f'CREATE SCHEMA "{schema}"')
@@ -181,7 +188,7 @@ def test_gc_drops_what_an_interrupted_run_left_and_nothing_else(tmp_path, pg_dsn
 def test_a_run_refuses_to_start_over_too_many_leftovers(pg_dsn, monkeypatch):
     from harness.errors import UsageError
 
-    name = "run_20000101_000001_0fedcb"
+    name = run_schema_name()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{name}"')
         conn.execute(f'CREATE TABLE "{name}".t AS SELECT g FROM generate_series(1, 1000) g')
