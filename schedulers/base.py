@@ -141,7 +141,13 @@ class Scheduler(Protocol):
         """Schema-qualified tables the metrics sampler should watch (with their TOAST)."""
 
     async def export_armed(self) -> list[Timer]:
-        """Every timer currently armed (for migration backfill)."""
+        """Every timer currently armed, with the fire time it will fire at (migration backfill
+        and reconcile): what the store will actually fire, not merely what it was told."""
+
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Remove these timers so that they never fire; returns how many were armed. Migration
+        reconcile ``--repair`` only (a timer the source store does not have), not a caller-facing
+        cancel (``capabilities.cancel`` says whether a design offers one)."""
 
     async def teardown(self, drop: bool = True) -> None:
         """Close connections; drop the schema when ``drop``. Idempotent."""

@@ -115,6 +115,11 @@ class MemoryScheduler:
             for e in self._entries.values()
         ]
 
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only: forget these timers (their heap items go stale; a batch
+        holding one in flight finds no entry at commit and re-arms nothing)."""
+        return sum(self._entries.pop(tid, None) is not None for tid in ids)
+
     async def stats(self) -> dict[str, float]:
         return {
             "armed": float(len(self._entries)),

@@ -317,6 +317,15 @@ class PgLeasedScheduler:
             rows = await (await conn.execute(self.q["export_armed"])).fetchall()
         return [Timer(i, None if f is None else f.timestamp(), ty, te, p) for i, f, ty, te, p in rows]
 
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only: the rows become finished (``disarm`` in queries.sql)."""
+        if not ids:
+            return 0
+        pool = await self._pool_()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q["disarm"], {"ids": list(ids)})
+            return len(await cur.fetchall())
+
     async def stats(self) -> dict[str, float]:
         pool = await self._pool_()
         async with pool.connection() as conn:

@@ -211,6 +211,15 @@ class PgQueueScheduler:
             rows = await cur.fetchall()
         return [Timer(id_, fire_at, type_, tenant, prio) for id_, fire_at, type_, tenant, prio in rows]
 
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only: delete these timers' rows (``disarm`` in queries.sql)."""
+        if not ids:
+            return 0
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q["disarm"], {"ids": list(ids)})
+            return len(await cur.fetchall())
+
     async def stats(self) -> dict[str, float]:
         pool = await self._get_pool()
         async with pool.connection() as conn:

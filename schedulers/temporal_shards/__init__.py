@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -48,6 +48,7 @@ from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
     ARM_SIGNAL,
+    ARMED_QUERY,
     CONTROLLER_WORKFLOW,
     E_ID,
     SHARD_WORKFLOW,
@@ -61,6 +62,8 @@ from schedulers.temporal_shards.workflows import (
 )
 
 HERE = Path(__file__).parent
+EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
+EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
 
 
 def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
@@ -172,13 +175,20 @@ class TemporalShardsScheduler:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def setup(self) -> None:
+        created = self.pool is None
+        await self._connect()
+        if created:
+            async with self.pool.connection() as conn:
+                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
+
+    async def _connect(self) -> None:
+        """The pool and the Temporal client, without touching the schema: enough to read, arm
+        and disarm on a store that exists (migration reconcile opens stores this way)."""
         if not self.ctx.dsn or not self.ctx.temporal_address:
             raise ValueError("temporal_shards needs both a Postgres DSN and a Temporal address")
         if self.pool is None:
             self.pool = await open_pool(self.ctx.dsn, min_size=1, max_size=12, name="timerbench-temporal-shards")
-            async with self.pool.connection() as conn:
-                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
-                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
         if self.client is None:
             self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
 
@@ -308,6 +318,8 @@ class TemporalShardsScheduler:
     async def arm(self, timers: Sequence[Timer]) -> None:
         if not timers:
             return
+        if self.pool is None or self.client is None:
+            await self._connect()
         now = us(time.time())
         latest: dict[str, Timer] = {}
         for t in timers:  # one row can take one new fire time per statement: the last wins
@@ -445,6 +457,59 @@ class TemporalShardsScheduler:
         return out
 
     async def export_armed(self) -> list[Timer]:
+        """The timers that will fire: a trigger row with a fire time is armed only when a shard
+        holds its current version (or a newer one), or a batch holds it in flight.
+
+        The row alone is not enough: ``arm()`` writes the row first and signals the shard
+        second, so a signal lost in a Temporal outage leaves a row that no shard will ever fire
+        (migration reconcile must see that as drift). The shards answer a query, which a worker
+        on this scheduler's task queue serves: call this while one runs. A shard reports what it
+        handed to batch pollers lately too (until their claim leases the rows); a timer between
+        a commit and its re-arm signal is briefly in neither, and reconcile re-reads before it
+        calls anything drift.
+        """
+        await self._connect()
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(self.q["export_armed"])).fetchall()
-        return [Timer(tid, us(fire_at), type_, tenant, prio) for tid, fire_at, type_, tenant, prio in rows]
+            n = (await (await conn.execute(self.q["ring_read"])).fetchone())[0]
+        # rows first, shards second: a re-arm in between only raises the shard's version
+        held: dict[str, int] = {}
+        for timers in await asyncio.gather(*(self._shard_armed(s) for s in range(n))):
+            for tid, version in timers:
+                if version > held.get(tid, -1):
+                    held[tid] = version
+        return [
+            Timer(tid, us(fire_at), type_, tenant, prio)
+            for tid, fire_at, type_, tenant, prio, version, in_flight in rows
+            if in_flight or held.get(tid, -1) >= version
+        ]
+
+    async def _shard_armed(self, shard: int) -> list[list]:
+        assert self.client is not None, "call setup() first"
+        handle = self.client.get_workflow_handle(self.shard_id(shard))
+        why = ""
+        for _ in range(EXPORT_QUERY_TRIES):  # a busy worker may miss one deadline
+            try:
+                return await handle.query(ARMED_QUERY, rpc_timeout=timedelta(seconds=EXPORT_QUERY_TIMEOUT_S))
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return []  # a shard no timer was ever placed on has no workflow yet
+                why = f"{exc.status.name}: {exc.message}"
+                if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+                    break
+            except Exception as exc:  # the query failed or was rejected inside the workflow
+                why = f"{type(exc).__name__}: {exc}"
+                break
+        raise RuntimeError(
+            f"temporal_shards: shard workflow {self.shard_id(shard)} did not answer the '{ARMED_QUERY}' query "
+            f"({why}); a worker on task queue {self.task_queue} must be running"
+        )
+
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only (seeds/003 has no cancel): see ``disarm`` in queries.sql."""
+        if not ids:
+            return 0
+        await self._connect()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(self.q["disarm"], {"ids": list(ids)})
+            return len(await cur.fetchall())

@@ -130,6 +130,21 @@ SELECT shard, timers, utilisation, history_length, can_count, last_can_history, 
 FROM {schema}.shard_util ORDER BY shard;
 
 -- name: export_armed
--- Migration backfill only; never on the dispatch path.
-SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority
+-- Migration backfill and reconcile only; never on the dispatch path. The rows with a fire time,
+-- their version (a shard must hold this version for the timer to be armed) and whether a batch
+-- holds them under a live lease (in flight: the batch re-arms them at commit).
+SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority, version,
+       (owner IS NOT NULL AND lease_expires > now()) AS in_flight
 FROM {schema}.trigger WHERE fire_at IS NOT NULL;
+
+-- name: disarm
+-- Migration reconcile --repair only (a timer the source store does not have). There is no
+-- cancel operation in this design (seeds/003); this is the version fence used as one: the row
+-- loses its fire time and its version moves on, so every copy a shard holds is stale (a batch
+-- claims only rows at the version the shard fired) and an in-flight batch's commit, which
+-- needs its lease, finds none.
+UPDATE {schema}.trigger
+   SET fire_at = NULL, version = version + 1, attempt = 0, owner = NULL, lease_expires = NULL,
+       committed_batch = NULL
+ WHERE id = ANY(%(ids)s::text[]) AND fire_at IS NOT NULL
+RETURNING id;

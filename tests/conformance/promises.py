@@ -316,3 +316,69 @@ async def check_two_runners_share_one_store(factory: Factory) -> None:
         assert ok, f"{len({t.id for t in timers} - (a.ids() | b.ids()))} timers never fired with two runners"
         both = a.ids() & b.ids()
         assert not both, f"{len(both)} timers were delivered to both runners in normal operation, e.g. {sorted(both)[:3]}"
+
+
+# -- what migration relies on: export and disarm ----------------------------------------------
+
+
+async def _until_export(s: Scheduler, want: dict[str, float], timeout_s: float) -> dict[str, Timer]:
+    """Read ``export_armed`` until it lists exactly ``want`` (id -> fire time), or time runs out;
+    returns the last read."""
+    deadline = time.time() + timeout_s
+    while True:
+        got = {t.id: t for t in await s.export_armed()}
+        same = set(got) == set(want) and all(abs(got[k].fire_at - v) < 0.001 for k, v in want.items())
+        if same or time.time() > deadline:
+            return got
+        await asyncio.sleep(0.2)
+
+
+async def check_export_lists_what_will_fire(factory: Factory) -> None:
+    """``export_armed`` is what backfill copies and reconcile compares: every armed timer with the
+    fire time it will fire at (after a move, the new one), and nothing that already finished."""
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()  # finishes every timer it receives
+        runner.start(proc, "w1")
+        now = time.time()
+        soon = [Timer(f"exp-soon-{i}", now + 0.3, tenant_id=f"t{i % 3}") for i in range(5)]
+        far = [Timer(f"exp-far-{i}", now + 40 * 86400 + i, type="poll", tenant_id="t1", priority=i) for i in range(5)]
+        await s.arm(soon + far)
+        moved_to = now + 45 * 86400
+        await s.arm([Timer("exp-far-0", moved_to, type="poll", tenant_id="t1", priority=0)])
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in soon}, 0.3 + bound_s(s))
+        assert ok, f"only {len(proc.ids() & {t.id for t in soon})} of {len(soon)} due timers fired"
+        want = {t.id: t.fire_at for t in far} | {"exp-far-0": moved_to}
+        got = await _until_export(s, want, bound_s(s))
+        assert set(got) == set(want), (
+            f"export_armed lists {sorted(set(got) - set(want))[:3]} that should not be armed and misses "
+            f"{sorted(set(want) - set(got))[:3]}"
+        )
+        wrong = {k: (round(got[k].fire_at - now), round(v - now)) for k, v in want.items() if abs(got[k].fire_at - v) >= 0.001}
+        assert not wrong, f"export_armed gives fire times other than the latest arm (s from now, got vs want): {wrong}"
+        for t in far[1:]:
+            e = got[t.id]
+            assert (e.type, e.tenant_id, e.priority) == (t.type, t.tenant_id, t.priority), f"{t.id} exported as {e}"
+
+
+async def check_disarm_removes_timers(factory: Factory) -> None:
+    """``disarm`` (reconcile --repair removes what the source store does not have): a disarmed
+    timer never fires and is no longer exported; the others are untouched."""
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()
+        now = time.time()
+        timers = [Timer(f"dis-{i}", now + 0.8, tenant_id=f"t{i % 2}") for i in range(6)]
+        far = [Timer(f"dis-far-{i}", now + 40 * 86400) for i in range(3)]
+        await s.arm(timers + far)
+        gone = ["dis-0", "dis-1", "dis-2", "dis-far-0"]
+        removed = await s.disarm(gone + ["dis-never-armed"])
+        assert removed == len(gone), f"disarm reported {removed} armed timers removed, expected {len(gone)}"
+        runner.start(proc, "w1")
+        kept = {"dis-3", "dis-4", "dis-5"}
+        ok = await wait_until(lambda: proc.ids() >= kept, 0.8 + bound_s(s))
+        assert ok, f"timers next to disarmed ones did not fire: got {sorted(proc.ids())}"
+        await asyncio.sleep(1.0)  # room for a stale copy of a disarmed timer to fire
+        fired = proc.ids() & set(gone)
+        assert not fired, f"disarmed timers fired: {sorted(fired)}"
+        want = {t.id: t.fire_at for t in far[1:]}
+        got = await _until_export(s, want, bound_s(s))
+        assert set(got) == set(want), f"after disarm, export_armed lists {sorted(got)}; expected {sorted(want)}"

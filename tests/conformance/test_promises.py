@@ -22,6 +22,8 @@ CHECKS = [
     promises.check_duplicate_fire_has_no_duplicate_effect,
     promises.check_big_tenant_cannot_starve_others,
     promises.check_two_runners_share_one_store,
+    promises.check_export_lists_what_will_fire,
+    promises.check_disarm_removes_timers,
 ]
 
 # promise -> the capability a backend must declare for it to apply

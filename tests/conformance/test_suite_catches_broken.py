@@ -41,6 +41,28 @@ class NoEffectKey(MemoryScheduler):
         super()._commit(items, outcomes, owner, processor)
 
 
+class ExportsFirstArm(MemoryScheduler):
+    """Exports the fire time each id was first armed with, not where a move put it."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        first = getattr(self, "_first", None)
+        if first is None:
+            first = self._first = {}
+        for t in timers:
+            first.setdefault(t.id, t.fire_at)
+        await super().arm(timers)
+
+    async def export_armed(self) -> list[Timer]:
+        return [Timer(t.id, self._first[t.id], t.type, t.tenant_id, t.priority) for t in await super().export_armed()]
+
+
+class IgnoresDisarm(MemoryScheduler):
+    """Says it disarmed what it was asked to, and keeps every timer."""
+
+    async def disarm(self, ids) -> int:
+        return sum(tid in self._entries for tid in ids)
+
+
 def factory_for(cls):
     async def factory():
         s = cls(StoreContext(state_bytes=16), **MemoryScheduler.conformance_options)
@@ -57,8 +79,10 @@ def factory_for(cls):
         (DropsTimers, promises.check_every_timer_fires_within_max_lag),
         (IgnoresMoves, promises.check_rearm_moves_timer),
         (NoEffectKey, promises.check_duplicate_fire_has_no_duplicate_effect),
+        (ExportsFirstArm, promises.check_export_lists_what_will_fire),
+        (IgnoresDisarm, promises.check_disarm_removes_timers),
     ],
-    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key"],
+    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key", "exports-first-arm", "ignores-disarm"],
 )
 async def test_broken_scheduler_fails_the_suite(cls, check, monkeypatch):
     monkeypatch.setattr(promises, "SLACK_S", 1.0)  # fail fast: the timers are never coming
@@ -72,5 +96,7 @@ async def test_memory_passes_the_same_checks():
         promises.check_never_fires_early,
         promises.check_rearm_moves_timer,
         promises.check_duplicate_fire_has_no_duplicate_effect,
+        promises.check_export_lists_what_will_fire,
+        promises.check_disarm_removes_timers,
     ):
         await check(factory_for(MemoryScheduler))
