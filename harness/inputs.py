@@ -268,3 +268,18 @@ def check_run(scheduler_name: str, workload_spec: str | None, overrides: Mapping
         check_memory(w, w.triggers, processes=1 + nodes)
     fault_specs = parse_faults(faults)
     return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, fault_specs)
+
+
+def load_plan(steps: str | None, plan_file: str | None, run_s: float) -> list:
+    """A rehearsal's steps (:mod:`migration.plan`) from ``--steps`` or ``--plan``, checked against
+    the run's length (``run_s``: warm-up plus measured window)."""
+    from loadgen.rates import parse_duration
+    from migration import plan
+
+    try:
+        steps_ = (plan.load_plan(plan_file, parse_duration) if plan_file
+                  else plan.parse_steps(steps or plan.DEFAULT_STEPS, parse_duration))
+        plan.schedule(steps_, run_s)
+    except plan.PlanError as exc:
+        raise UsageError(str(exc)) from None
+    return steps_

@@ -17,8 +17,8 @@ its schema is leased (:mod:`harness.schemas`) so that ``bench env gc`` can tell 
 live run's.
 
 Subclasses (the migration rehearsal, :mod:`harness.migration_run`) hook in through
-:meth:`make_scheduler`, :meth:`prepare`, :meth:`status_extra`, :meth:`after_run` and
-:meth:`print_summary`.
+:meth:`make_scheduler`, :meth:`prepare`, :meth:`background`, :meth:`status_extra`,
+:meth:`before_stop`, :meth:`after_run` and :meth:`print_summary`.
 """
 
 from __future__ import annotations
@@ -86,9 +86,17 @@ class RunSession:
         arms (None: all of them)."""
         return None
 
+    def background(self, scheduler, stop: asyncio.Event) -> list:
+        """Coroutines run beside the workers from the start of arming until ``stop``."""
+        return []
+
     def status_extra(self) -> str:
         """Appended to the live status line."""
         return ""
+
+    async def before_stop(self, scheduler) -> None:
+        """After a complete run's drain, while the workers still run."""
+        return None
 
     async def after_run(self, scheduler, summary: dict[str, Any]) -> None:
         """After summary.json is written, before teardown."""
@@ -277,6 +285,7 @@ class RunSession:
                    asyncio.create_task(self._flush(sampler_stop))]
         if self.faults is not None:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
+        helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
         self.say(f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
                  f"warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s")
         code = 0
@@ -313,6 +322,7 @@ class RunSession:
                 self.window["missed_before"] = self.window["measure_end"] - self.window["grace_s"]
             else:
                 await self._drain(tasks["run"])
+                await self.before_stop(scheduler)
         finally:
             stop.set()
             tasks["arm"].cancel()

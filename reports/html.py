@@ -14,7 +14,8 @@ from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
 from reports.sweep import section_sweep_html
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
+from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
+                            run_checks, warning_lines)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -209,6 +210,11 @@ def section_migration(report: Report) -> str:
         body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>' for k, v in {**scalars, **counts}.items())
         if body:
             out.append(f'<table class="migration">{body}</table>')
+        header, rows = migration_lag_rows(m)
+        if rows:
+            head = "".join(f"<th>{escape(h)}</th>" for h in header)
+            cells = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+            out.append(f'<table class="migration-lag"><tr>{head}</tr>{cells}</table>')
         rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts", "reasons")}
         if rest:
             out.append(f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>")

@@ -8,7 +8,8 @@ from typing import Callable
 
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
+from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
+                            run_checks, warning_lines)
 
 
 def _cell(text: str) -> str:
@@ -107,6 +108,9 @@ def md_migration(report: Report) -> str:
             out.append("\n".join(f"- **{reason}**" for reason in reasons))
         if scalars or counts:
             out.append(_table(["figure", "value"], [[str(k), str(v)] for k, v in {**scalars, **counts}.items()]))
+        header, rows = migration_lag_rows(m)
+        if rows:
+            out.append(_table(header, rows))
     return "\n\n".join(out)
 
 

@@ -284,3 +284,28 @@ def environment_differences(runs: list[Run]) -> list[str]:
         if len(seen) > 1:
             out.append(f"{label} differs between runs: {', '.join(sorted(seen))}")
     return out
+
+
+def migration_lag_rows(m: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """A rehearsal's lag comparison (``migration.json`` ``lag`` and ``slo``) as a table: each
+    store's lag over the same fires, the regression, the worst tenant, and each SLO check."""
+    lag = m.get("lag") if isinstance(m.get("lag"), dict) else None
+    if not lag or not isinstance(lag.get("primary"), dict):
+        return [], []
+    header = ["lag", m.get("from", "old store"), m.get("to", "new store"), "new - old"]
+    p, s = lag["primary"], lag.get("shadow") or {}
+    rows = [
+        ["fires", fmt.fixed(p.get("fires")), fmt.fixed(s.get("fires")), ""],
+        ["p50", fmt.lag(p.get("p50")), fmt.lag(s.get("p50")), ""],
+        ["p99", fmt.lag(p.get("p99")), fmt.lag(s.get("p99")), fmt.lag(lag.get("regression_p99"))],
+        ["max", fmt.lag(p.get("max")), fmt.lag(s.get("max")), ""],
+    ]
+    wt = lag.get("worst_tenant")
+    if isinstance(wt, dict):
+        rows.append([f"p99, worst tenant ({wt.get('tenant')})", fmt.lag(wt.get("primary_p99")),
+                     fmt.lag(wt.get("shadow_p99")), fmt.lag(wt.get("regression_p99"))])
+    for name, c in (m.get("slo") or {}).items():
+        if isinstance(c, dict):
+            limit = "no limit" if c.get("limit") is None else f"limit {fmt.lag(c['limit'])} ({c.get('limit_from')})"
+            rows.append([name.replace("_", " "), "", fmt.lag(c.get("value")), f"{limit}: {'ok' if c.get('ok') else 'EXCEEDED'}"])
+    return header, rows

@@ -1,12 +1,7 @@
 """``bench run --fault``: faults injected into real runs, judged from the files the run writes.
 
-Restarting a server disturbs every test that shares it, so this module starts its **own**
-Postgres and Temporal dev server under a temporary home (``harness.stack.Postgres(home)`` /
-``TemporalDev(home)``) and points the CLI at them with ``TIMERBENCH_HOME`` (so the harness knows
-them as its embedded servers, the only ones it will restart), ``TIMERBENCH_DSN`` and
-``TIMERBENCH_TEMPORAL``. The private Postgres runs autovacuum every second
-(``autovacuum_naptime = 1s``, default 1 min) so that a short test can see vacuum catch up after
-a held snapshot is released.
+Restarting a server disturbs every test that shares it, so these tests run on a **private**
+Postgres and Temporal dev server (the ``private_stack`` fixture of ``tests/e2e/conftest.py``).
 
 Redelivery settings are shortened (``stale_claim_s``, ``lease_s``) so that what a crashed worker
 held comes back within a 12-second run; with the defaults (300 s, 30 s) it would come back after
@@ -16,37 +11,15 @@ the run and count as missed, which is the honest result for those settings, not 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
-
-from harness import stack
 
 BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "12s", "--warmup", "2s"]
-
-
-@pytest.fixture(scope="module")
-def private_stack(tmp_path_factory):
-    home = tmp_path_factory.mktemp("fault-stack")
-    pg = stack.Postgres(home)
-    pg.init()
-    with open(pg.data / "postgresql.conf", "a") as f:
-        f.write("autovacuum_naptime = 1s\n")  # see the module docstring
-    dsn, _ = pg.start()  # a free port: the shared server holds the default one
-    temporal = stack.TemporalDev(home)
-    address, _ = temporal.start()
-    env = {**os.environ, "TIMERBENCH_HOME": str(home), "TIMERBENCH_DSN": dsn, "TIMERBENCH_TEMPORAL": address}
-    try:
-        yield env
-    finally:
-        temporal.stop()  # the pid file names the server a restart-temporal fault started
-        pg.stop()
 
 
 def bench(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ from metrics.rundir import FIRES_SCHEMA
     ("pause-worker@30s:20s", FaultSpec("pause-worker@30s:20s", "pause-worker", 30.0, 20.0)),
     ("restart-postgres@1m", FaultSpec("restart-postgres@1m", "restart-postgres", 60.0)),
     ("restart-temporal@60", FaultSpec("restart-temporal@60", "restart-temporal", 60.0)),
+    ("restart-temporal@60s:5s", FaultSpec("restart-temporal@60s:5s", "restart-temporal", 60.0, down_s=5.0)),
     ("hold-snapshot@10s:2m", FaultSpec("hold-snapshot@10s:2m", "hold-snapshot", 10.0, 120.0)),
     ("slow-provider@30s:60s:500ms", FaultSpec("slow-provider@30s:60s:500ms", "slow-provider", 30.0, 60.0, 0.5)),
     ("kill-worker@0s", FaultSpec("kill-worker@0s", "kill-worker", 0.0)),
@@ -35,6 +36,8 @@ def test_each_accepted_form_parses_to_seconds(text, spec):
     "hold-snapshot@ten:5s",  # not a duration
     "hold-snapshot@10s:0s",  # zero duration
     "restart-postgres@-5s",  # negative offset
+    "restart-postgres@5s:1s:1s",  # a value too many
+    "restart-temporal@5s:0s",  # stays down for no time
 ])
 def test_a_bad_spec_is_one_line_naming_it_and_every_accepted_form(text):
     with pytest.raises(ValueError) as err:
