@@ -424,6 +424,8 @@ class TemporalShardsScheduler:
                 timer_cap=int(o["timer_cap"]),
                 grow_above=float(o["grow_above"]),
                 grow_target=float(o["grow_target"]),
+                # a forward needs a ring refresh, then both shards' next reports
+                settle_s=float(o["ring_refresh_s"]) + 2 * float(o["util_report_s"]),
             ),
             id=f"{self.prefix}-controller",
             task_queue=self.task_queue,

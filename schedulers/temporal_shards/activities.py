@@ -228,6 +228,9 @@ class ShardActivities:
         q = self.s.q
         async with self.s.pool.connection() as conn:
             n = (await (await conn.execute(q["ring_read"])).fetchone())[0]
+            settle = (await (await conn.execute(q["ring_settle"], {"settle_s": inp.settle_s})).fetchone())[0]
+            if settle and settle > 0:
+                return {"shards": n, "utilisation": None, "grown": False, "settling_s": settle}
             rows = await (await conn.execute(q["util_read"])).fetchall()
             total = sum(r[1] for r in rows if r[0] < n)
             avg = total / (n * inp.timer_cap)

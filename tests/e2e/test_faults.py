@@ -22,8 +22,20 @@ BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "12s", "--warmup", "2s"]
 
 
-def bench(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
+# A 12-second run with two restarts takes ~20 s here, but many times that on a machine running
+# several other workloads (a Postgres restart under load, then the pool's reconnect backoff). The
+# bound is for a run that hangs, not a speed test; its output is kept so a hang can be read.
+RUN_TIMEOUT_S = 240
+
+
+def bench(args: list[str], env: dict[str, str], timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"bench {' '.join(args[:3])} ... did not finish in {timeout:g} s\n"
+                             f"--- stdout (tail)\n{out[-4000:]}\n--- stderr (tail)\n{err[-4000:]}") from None
 
 
 def run_with_faults(tmp_path: Path, env: dict[str, str], scheduler: str, *extra: str) -> tuple[Path, dict]:
