@@ -100,7 +100,7 @@ def expected_figures(s: dict) -> dict[str, object]:
         "offered_share": s["offered_rate"] / s["target_rate"],
         "claim_rate": s["claim_rate"],
         "due": o["due"], "on_time": o["on_time"], "late": o["late"], "pending": o["pending"], "lost": o["lost"],
-        "on_time_s": s["on_time_s"], "skipped_periods": s["skipped_periods"],
+        "on_time_share": o["on_time"] / o["due"], "on_time_s": s["on_time_s"], "skipped_periods": s["skipped_periods"],
         "lag_p50_ms": lag["p50"], "lag_p90_ms": lag["p90"], "lag_p99_ms": lag["p99"],
         "lag_p999_ms": lag["p999"], "lag_max_ms": lag["max"],
         "lost_total": o["lost"] + s["lost_in_warmup"], "duplicate_effects": s["duplicate_effects"],
