@@ -63,9 +63,8 @@ def sweep(ctx: click.Context, scheduler_opt: str, rates: str, slo_spec: str, dur
         warmup_s = parse_duration_option("--warmup", warmup)
     else:  # the workload's own default: one maximum interval (an --interval passed through counts)
         from harness.inputs import load_workload
-        from harness.sweep import DEFAULT_WORKLOAD_ARGS as preset_args
 
-        args = ([] if workload else preset_args) + list(ctx.args)
+        args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(ctx.args)
         interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
         warmup_s = float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
     names = default_schedulers("all" if scheduler_opt.strip() == "all" else scheduler_opt)
