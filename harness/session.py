@@ -52,6 +52,7 @@ STATUS_EVERY_S = 3.0
 FLUSH_EVERY_S = 1.0
 GRACEFUL_STOP_S = 15.0  # after this, a run loop that ignores ``stop`` is cancelled
 EXPORT_TIMEOUT_S = 120.0  # asking the backend what it still holds; past this, lost is not judged
+DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend whether it still holds the rest
 
 
 class RunSession:
@@ -338,7 +339,7 @@ class RunSession:
                 self.window["undelivered_before"] = self.window["measure_end"]
                 self.window["drained_s"] = 0.0
             else:
-                await self._drain(tasks["run"])
+                await self._drain(tasks["run"], scheduler)
                 await self.before_stop(scheduler)
         finally:
             stop.set()
@@ -362,23 +363,47 @@ class RunSession:
                 pass
         return code
 
-    async def _drain(self, run_task: asyncio.Task) -> None:
+    async def _drain(self, run_task: asyncio.Task, scheduler) -> None:
         """After the measured window: arming has stopped (the processor finishes what it receives
         from ``measure_end`` on); wait until every fire due before the window's end has arrived,
         or ``drain_limit_s`` has passed. The scheduler keeps running; fires received now are
         recorded (with their real lag) but lie outside the window. A healthy backend ends it
         within its own lag; what is still outstanding at the limit is pending or lost, as the
-        backend says at the end of the run.
+        backend says at the end of the run. When nothing has arrived for ``DRAIN_STALL_S`` and
+        the backend holds none of what is missing, the drain ends there: those fires are lost,
+        and waiting out the limit cannot bring them.
         """
         end = self.window["measure_end"]
         limit = end + self.window["drain_limit_s"]
+        last_count, stalled_since = -1, time.time()
         while time.time() < limit and not self.interrupted.is_set() and not run_task.done():
             await self.workers.progress()
-            if len(self.processor.outstanding(end)) == 0:
+            waiting = self.processor.outstanding(end)
+            if len(waiting) == 0:
                 break
+            if len(waiting) != last_count:
+                last_count, stalled_since = len(waiting), time.time()
+            elif time.time() - stalled_since >= DRAIN_STALL_S and not await self._holds_any(scheduler, waiting):
+                # nothing arrived for a while and the backend holds none of what is missing:
+                # those fires are lost, and waiting out the limit cannot bring them
+                self.window["drain_ended"] = "the backend holds none of the fires still missing"
+                break
+            elif time.time() - stalled_since >= DRAIN_STALL_S:
+                stalled_since = time.time()  # still held: a backlog, keep draining
             await asyncio.sleep(0.1)
         self.window["drained_s"] = max(0.0, time.time() - end)
         self.window["undelivered_before"] = end
+
+    async def _holds_any(self, scheduler, idx: np.ndarray) -> bool:
+        """Whether the backend still holds any of these triggers' missing fires (see :meth:`_held`);
+        True when it cannot say."""
+        held = await self._held(scheduler)
+        if held is None:
+            return True
+        due = self.processor.armed_due[idx]
+        at = np.array([held.get(self.processor.pop.ids[i], np.nan) for i in idx.tolist()])
+        with np.errstate(invalid="ignore"):
+            return bool((at <= due + 2e-6).any())
 
     async def _arm(self, scheduler, population, arm_start: float, only: np.ndarray | None = None) -> None:
         from schedulers.base import Timer
