@@ -10,9 +10,10 @@
     ``arm_start``, ``measure_start``, ``measure_end`` (epoch s; ``measure_end`` is where an
     interrupted run stopped), ``drain_limit_s`` and ``drained_s`` (after the window closes,
     arming stops and the run drains until every fire due before ``measure_end`` has arrived, or
-    ``drain_limit_s`` has passed), ``undelivered_before`` (fires due before it that never
-    arrived are rows of ``fires.parquet``) and ``held_asked`` (whether the backend said what it
-    still holds). ``load``: what the load generator did beyond the fire log:
+    ``drain_limit_s`` has passed; ``drain_ended`` says why when it stopped earlier: nothing
+    arrived for a while and the backend held none of the missing fires), ``undelivered_before``
+    (fires due before it that never arrived are rows of ``fires.parquet``) and ``held_asked``
+    (whether the backend said what it still holds). ``load``: what the load generator did beyond the fire log:
     ``periodic_triggers``, ``interval_max_s``, ``skipped_periods`` (fixed cadence: grid times a
     trigger jumped over because its fire was more than one interval late) and
     ``skipped_periods_in_window``.

@@ -277,11 +277,12 @@ def how_to_read_report(runs: list[Run]) -> list[str]:
         w = r.workload
         if float(w.get("time_compression") or 1.0) > 1 and w.get("name") not in seen:
             seen.add(w.get("name"))
-            out.append(f"Workload {w.get('name')} is time-compressed ×{float(w['time_compression']):g}: "
-                       f"{w.get('description') or 'intervals and population scaled down at the same fire rate'}. "
-                       f"Figures that depend on the interval (cycles, lag relative to the interval, table sizes) "
-                       f"differ from the uncompressed shape; the full preset takes about "
-                       f"{float(w['time_compression']):g}× as long.")
+            factor = float(w["time_compression"])
+            what = w.get("description") or (f"time-compressed ×{factor:g}: intervals and population scaled down "
+                                             f"at the same fire rate")
+            out.append(f"Workload {w.get('name')}: {what}. Figures that depend on the interval (cycles, lag relative "
+                       f"to the interval, table sizes) differ from the uncompressed shape, which takes about "
+                       f"{factor:g}× as long to run.")
     return out
 
 

@@ -84,3 +84,18 @@ def test_checks_flag_an_unheld_rate_a_short_window_lost_fires_and_duplicate_effe
     assert all(c.ok for c in run_checks(run("b")))
     # lost fires in the warm-up fail the check too: a lost fire is never a warm-up artefact
     assert not {c.name: c.ok for c in run_checks(run("c", lost_in_warmup=1))}["no lost fires"]
+
+
+def test_the_report_says_how_a_run_counts_and_what_a_compressed_workload_compressed():
+    from reports.tables import how_to_read_report
+
+    r = run("a", cadence="fixed", on_time_s=10.0, warmup_s=30.0)
+    r.config["workload"] = {"name": "production-compressed", "time_compression": 4,
+                            "description": "the production shape time-compressed 4x"}
+    text = how_to_read_report([r, run("b", cadence="fixed", on_time_s=10.0, warmup_s=30.0)])
+    assert len(text) == 2  # one explanation shared by both runs, one note on the compressed workload
+    assert text[0].startswith("Load is open-loop (fixed cadence") and "on time (lag <= 10 s" in text[0]
+    assert "pending" in text[0] and "lost" in text[0] and "late" in text[0]
+    assert text[1].startswith("Workload production-compressed: the production shape time-compressed 4x.")
+    closed = how_to_read_report([run("c", cadence="after-poll", on_time_s=5.0, warmup_s=1.0)])
+    assert closed[0].startswith("Load is closed-loop (after-poll cadence")
