@@ -574,9 +574,9 @@ def compute_summary(
 
     ``stopped_at``: the run was killed and its records end there (:func:`interrupted_summary`):
     the window is cut at that moment, and unless the run wrote its undelivered fires, whether any
-    fire was pending or lost is not judged (those counts, the offered rate and the lag percentiles,
-    which need every due fire, are None): a killed run never compared what it armed with what
-    fired, nor asked the backend what it still held."""
+    fire was pending or lost is not judged (those counts and the offered rate are None, the lag
+    percentiles cover the delivered fires only, and say so): a killed run never compared what it
+    armed with what fired, nor asked the backend what it still held."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     window = cfg.get("window", {})
@@ -597,9 +597,9 @@ def compute_summary(
     n_fires = acc["delivered_in_window"]
     # killed before it wrote its undelivered fires: pending and lost are not judged, not zero
     judged = stopped_at is None or bool(len(fires)) and fires.column("fired_at").null_count > 0
-    if not judged:
+    if not judged:  # (lag percentiles then cover the delivered fires due in the window only)
         outcomes = {**outcomes, "due": None, "pending": None, "lost": None}
-        acc = {**acc, "lost_in_warmup": None, "lag_ms": {k: None for k in acc["lag_ms"]}}
+        acc = {**acc, "lost_in_warmup": None}
 
     samples = read_samples(run_dir)
     tables = _table_figures(samples, measure_start, measure_end, n_fires)
@@ -642,7 +642,7 @@ def compute_summary(
         warnings.append(text)
     if not judged:
         warnings.append("pending and lost fires not judged: the run was killed before it compared what it armed "
-                        "with what fired (lag percentiles, which need every due fire, are not given)")
+                        "with what fired; its lag percentiles cover the delivered fires only")
     if outcomes["pending"]:
         warnings.append(f"{outcomes['pending']:,} fires due in the window still pending after the "
                         f"{float(window.get('drained_s') or 0):.0f} s drain (a backlog the backend still holds)")

@@ -134,8 +134,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     for r in runs:
         s = r.summary
         o = s.get("outcomes")
-        if not o:
-            continue
+        if not o or any(o.get(k) is None for k in ("due", "on_time", "late", "pending", "lost")):
+            continue  # no accounting (an older run), or a killed run that never judged it
         text = (f"Of the {o['due']:,} fires due in {r.label}'s window, {o['on_time']:,} were on time (lag ≤ "
                 f"{fmt.fixed(s.get('on_time_s'), '{:g}')} s), {o['late']:,} late, {o['pending']:,} still pending after "
                 f"the {float(s.get('drained_s') or 0):.1f} s drain and {o['lost']:,} lost.")

@@ -68,7 +68,7 @@ def on_time_share(run: Run) -> float | None:
 
 def _lost_total(run: Run) -> Any:
     o = run.summary.get("outcomes") or {}
-    if "lost" not in o:
+    if o.get("lost") is None:  # no accounting (an older run), or a killed run that never judged it
         return None
     return int(o["lost"]) + int(run.summary.get("lost_in_warmup") or 0)
 
@@ -324,8 +324,8 @@ def run_checks(run: Run) -> list[Check]:
 
 
 # A failed check whose warning the run already carries is not said twice.
-_CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "no missed fires": "missed fires",
-                  "no duplicate effects": "duplicate effects"}
+_CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "steady state": "not steady state",
+                  "no lost fires": "fires lost", "no duplicate keyed effects": "duplicate keyed effects"}
 
 
 def warning_lines(run: Run, checks: list[Check]) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 from loadgen import workload as wl
 from loadgen.population import build
 from loadgen.processor import PollingProcessor
+from metrics import rundir
 from metrics.hdr import new_histogram, percentiles_ms, record_many, reset
 from metrics.recorder import FireRecorder
 from schedulers.base import Fire
@@ -146,7 +147,7 @@ def test_external_effects_are_noted_as_each_poll_finishes_even_in_a_killed_batch
 
     asyncio.run(killed())
     rec.close()
-    flags = pq.read_table(tmp_path / "fires.parquet").column("external_effect").to_pylist()
+    flags = rundir.read_fires(tmp_path).column("external_effect").to_pylist()
     assert flags == [True, True, False, False]  # the finished polls' webhooks went out; the others never
     assert proc.external_effects == 2
 
@@ -158,15 +159,18 @@ def test_recorder_flushes_in_batches_and_fixes_late_effects(tmp_path):
     rec.receive(fires, old)  # received long ago: old enough to be written
     asyncio.run(rec.maybe_flush(time.time()))
     assert rec._written == 2 and rec.segments == 1
+    rec.external(fires[1:])  # a webhook sent after its row was written (a slow poll)
     rec.committed(fires, [True, False])  # the commit arrives after the rows were written
     rec.close()
     assert rec.late_effects == 1
     # read from the segments (a killed run) and from the compacted file alike
     assert rundir.read_fires(tmp_path).column("effect_delivered").to_pylist() == [True, False]
+    assert rundir.read_fires(tmp_path).column("external_effect").to_pylist() == [False, True]
     rundir.write_json(tmp_path / rundir.CONFIG, {"window": {}})
     rundir.compact(tmp_path)
     t = pq.read_table(tmp_path / "fires.parquet")
     assert t.column("effect_delivered").to_pylist() == [True, False]
+    assert t.column("external_effect").to_pylist() == [False, True]
     assert not (tmp_path / rundir.SEGMENTS_DIR).exists()
 
 
@@ -203,8 +207,8 @@ def test_polls_queue_on_the_bounded_poller_lanes(tmp_path):
 
 def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path):
     """No summary.json, nobody holding run.lock: the figures come from the closed segments, the
-    window ends at the last fire, missed fires are not judged (None, not 0)."""
-    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 100.0, "grace_s": 2.0}
+    window ends at the last fire, pending and lost fires are not judged (None, not 0)."""
+    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 100.0, "drain_limit_s": 180.0}
     run_dir = tmp_path / "run"
     seg = run_dir / rundir.SEGMENTS_DIR
     seg.mkdir(parents=True)
@@ -216,7 +220,7 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
         cols = {name: [] for name in rundir.FIRES_SCHEMA.names}
         for i, f in enumerate(fired):
             for name, v in zip(rundir.FIRES_SCHEMA.names, (f"t{f}", "t", "poll", f - 0.1, 0.0, f, 0.1, 1, "w0", i,
-                                                           False, f < 10.0)):
+                                                           False, f < 10.0, False, None)):
                 cols[name].append(v)
         return pa.table(cols, schema=rundir.FIRES_SCHEMA)
 
@@ -237,6 +241,8 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
     s = rundir.interrupted_summary(run_dir)
     assert s["complete"] is False and s["incomplete_reason"].startswith("interrupted at T+21 s")
     assert s["fires"] == 5 and s["measured_s"] == pytest.approx(10.0)  # the window ends at the last fire (20)
-    assert s["missed"] is None and any("not judged" in w for w in s["warnings"])
+    assert s["outcomes"]["lost"] is None and s["outcomes"]["pending"] is None and s["correct"] is None
+    assert any("not judged" in w for w in s["warnings"])
+    assert s["lag_ms"]["p50"] == pytest.approx(100.0)  # over the delivered fires, as the warning says
     rundir.write_json(run_dir / rundir.SUMMARY, s)
     assert rundir.run_state(run_dir) == "finished"
