@@ -16,6 +16,21 @@ Crash semantics, the contract the conformance suite leans on:
 * **cancelling** the ``run`` task is a crash: the backend must not release its claims on
   cancellation (no ``finally: release()``), its heartbeats simply stop, and the timers come back
   only when the lease (or stale-claim timeout) lapses.
+
+Two counts every backend keeps, because the run's loss and throughput accounting reads them
+(``harness/session.py``), so a new backend must implement both before its runs mean anything:
+
+* ``claimed_timers`` (attribute, int): every timer this instance's run loops **took ownership
+  of**, cumulative since construction, counted when the claim commits (a row marked claimed or
+  leased, a heap entry leased, a batch activity's rows claimed by key), whether or not the timer
+  then reaches a processor. A timer claimed again after its lease lapsed, after a stale claim
+  was taken over, or by a retried activity counts again: that is how redelivery shows as claim
+  throughput above fire throughput. Timers merely armed, swept back or released are not claims.
+* ``export_armed()``: every timer the backend **still holds**, i.e. will fire without anyone
+  arming it again (scheduled, due, or claimed and in flight), with the fire time it holds it
+  at; a timer that fired and was finished or re-armed past that time is not there at that time.
+  At the end of a run the session asks it about every fire that was due and never delivered:
+  still held means *pending* (a backlog), not held means *lost* (a failing run).
 """
 
 from __future__ import annotations
@@ -119,6 +134,7 @@ class Scheduler(Protocol):
     capabilities: Capabilities
     last_tick_at: float  # epoch s of the latest claim-loop iteration; 0.0 before run() starts.
     # Health checks read it (seeds/000: a dead tick loop behind a green API is the failure).
+    claimed_timers: int  # timers claimed by this instance's run loops, re-claims included (see above)
     default_options: dict[str, Any]
     needs_postgres: bool
     needs_temporal: bool
@@ -141,8 +157,9 @@ class Scheduler(Protocol):
         """Schema-qualified tables the metrics sampler should watch (with their TOAST)."""
 
     async def export_armed(self) -> list[Timer]:
-        """Every timer currently armed, with the fire time it will fire at (migration backfill
-        and reconcile): what the store will actually fire, not merely what it was told."""
+        """Every timer the backend still holds, at the fire time it will fire at (see above): what
+        the store will actually fire, not merely what it was told. Migration backfill and
+        reconcile copy and compare it; the run's lost-versus-pending judgement reads it."""
 
     async def disarm(self, ids: Sequence[str]) -> int:
         """Remove these timers so that they never fire; returns how many were armed. Migration

@@ -69,7 +69,7 @@ class MemoryScheduler:
         self._wake = asyncio.Event()
         self._effects: set[tuple[str, float]] = set()
         self._held: dict[str, set[str]] = {}  # owner -> ids it holds, for heartbeats
-        self.claims = 0
+        self.claimed_timers = 0  # schedulers.base: every lease taken, re-claims included
         self.last_tick_at = 0.0
         self.fires = 0
         self.recovered = 0
@@ -124,7 +124,7 @@ class MemoryScheduler:
         return {
             "armed": float(len(self._entries)),
             "in_flight": float(sum(1 for e in self._entries.values() if e.owner)),
-            "claims": float(self.claims),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "recovered_leases": float(self.recovered),
         }
@@ -162,7 +162,7 @@ class MemoryScheduler:
             out.append(
                 (Fire(tid, t.tenant_id, t.type, fire_at, e.armed_at, e.attempt, owner, batch_no, e.state, t.priority), version)
             )
-        self.claims += len(out)
+        self.claimed_timers += len(out)
         return out
 
     async def run(

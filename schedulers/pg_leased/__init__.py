@@ -219,7 +219,7 @@ class PgLeasedScheduler:
         self._wake = asyncio.Event()
         self.claim_statements = 0  # claim statements run, empty ones included
         self.claims = 0  # claim statements that returned rows
-        self.claimed = 0  # rows claimed
+        self.claimed_timers = 0  # schedulers.base: rows claimed, re-claims after a lapsed lease included
         self.fires = 0  # rows committed (re-armed or finished)
         self.lost = 0  # rows whose commit found them moved or taken (no re-arm)
         self.recovered = 0  # rows the sweeper returned from a silent owner
@@ -339,7 +339,7 @@ class PgLeasedScheduler:
             "oldest_due_s": float(oldest_due_s),
             "claim_statements": float(self.claim_statements),
             "claims": float(self.claims),
-            "claimed": float(self.claimed),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "lost_commits": float(self.lost),
             "recovered_leases": float(self.recovered),
@@ -457,7 +457,7 @@ class PgLeasedScheduler:
             out.append(_Claimed(fire, version, due))
         if out:
             self.claims += 1
-            self.claimed += len(out)
+            self.claimed_timers += len(out)
         return out
 
     async def _fetch_states(self, ids: list[str]) -> dict[str, bytes]:

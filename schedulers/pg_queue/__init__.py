@@ -138,7 +138,7 @@ class PgQueueScheduler:
         self._pool: AsyncConnectionPool | None = None
         self._pool_lock = asyncio.Lock()
         self.last_tick_at = 0.0  # epoch s of the latest claim (health checks); 0.0 before run()
-        self.claims = 0
+        self.claimed_timers = 0  # schedulers.base: rows claimed, stale claims taken over included
         self.fires = 0
         self.ticks = 0
         self.fenced = 0  # fires whose row was moved or taken over while in flight
@@ -230,7 +230,7 @@ class PgQueueScheduler:
             "queue_depth": due,
             "claimed": claimed,
             "oldest_due_age_s": oldest,
-            "claims": float(self.claims),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "ticks": float(self.ticks),
             "fenced": float(self.fenced),
@@ -319,7 +319,7 @@ class PgQueueScheduler:
             Fire(id_, tenant, type_, due_at, armed_at, attempts, owner, batch_no, state, prio)
             for id_, tenant, type_, prio, due_at, armed_at, attempts, state, _ in rows
         ]
-        self.claims += len(fires)
+        self.claimed_timers += len(fires)
         return fires, claimed_at
 
     async def _process(

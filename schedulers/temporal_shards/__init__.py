@@ -166,6 +166,9 @@ class TemporalShardsScheduler:
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs
+        # schedulers.base: rows the batch activities of this instance's workers claimed by key,
+        # counted again when a retried activity (after a crash or a lapsed lease) takes them over
+        self.claimed_timers = 0
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
@@ -438,7 +441,8 @@ class TemporalShardsScheduler:
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()
-        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows)}
+        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows),
+                                 "claimed_timers": float(self.claimed_timers)}
         timers = [0] * n
         cans = 0
         max_can = 0

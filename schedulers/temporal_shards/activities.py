@@ -113,6 +113,7 @@ class ShardActivities:
                     else:
                         rearms.append([tid, us(fire_at), version, us(armed_at), type_, tenant, prio])
         self.batch_no += 1
+        self.s.claimed_timers += len(rows)
         fires = [
             Fire(tid, tenant, type_, us(due_at), us(armed_at), attempt, self.worker_id, self.batch_no, state, prio)
             for tid, tenant, type_, prio, attempt, due_at, armed_at, state in rows

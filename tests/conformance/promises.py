@@ -168,6 +168,9 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 2.2 + bound_s(s))
         missing = {t.id for t in timers} - proc.ids()
         assert ok, f"{len(missing)} of {len(timers)} timers never fired, e.g. {sorted(missing)[:3]}"
+        # schedulers.base: every delivery came from a claim, and the backend counts its claims
+        assert s.claimed_timers >= len(proc.received), (
+            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: every delivered timer was claimed")
         want = {t.id: t.fire_at for t in timers}
         limit = s.capabilities.max_lag_s + SLACK_S
         late = [
@@ -228,6 +231,8 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         task = runner.start(dead, "doomed")
         ok = await wait_until(lambda: dead.ids() >= {t.id for t in timers}, bound_s(s))
         assert ok, "the first owner never received the timers"
+        claimed_once = s.claimed_timers
+        assert claimed_once >= len(timers), f"claimed_timers is {claimed_once} after {len(timers)} timers were claimed"
         await runner.crash(task)
         crashed_at = time.time()
         heir = RecordingProcessor()
@@ -238,6 +243,9 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         assert ok, f"{len(lost)} timers of a crashed owner were not redelivered within {limit:.1f}s"
         first = min(r.received_at for r in heir.received)
         assert first - crashed_at >= 0, "redelivered before the crash"
+        # schedulers.base: a re-claim after the lease lapsed is a claim too (redelivery shows as claims)
+        assert s.claimed_timers >= claimed_once + len(timers), (
+            f"claimed_timers went from {claimed_once} to {s.claimed_timers} while {len(timers)} timers were re-claimed")
 
 
 async def check_slow_owner_keeps_timers(factory: Factory) -> None:
@@ -256,6 +264,47 @@ async def check_slow_owner_keeps_timers(factory: Factory) -> None:
         stolen = rival.ids() & {t.id for t in timers}
         assert not stolen, f"{len(stolen)} timers were taken from a slow owner that was still heartbeating"
         assert len(slow.delivered) == len(timers), "the slow owner's commit did not go through"
+
+
+# -- what the run's loss accounting asks: export_armed is what the backend still holds ------
+
+
+async def check_export_armed_holds_what_will_still_fire(factory: Factory) -> None:
+    """schedulers.base: ``export_armed`` returns every timer the backend will still fire (armed,
+    due, or claimed and in flight) at its fire time, and not a timer that fired and finished. The
+    run calls an undelivered fire lost when the backend does not hold it, so an export that
+    forgets in-flight timers would turn a backlog into losses."""
+    async with running(factory) as (s, runner):
+        now = time.time()
+        later = Timer("held-later", us(now + 3600))
+        due = [Timer(f"held-due-{i}", us(now - 0.1), tenant_id=f"t{i}") for i in range(3)]
+        await s.arm([later, *due])
+
+        def at(timers: list[Timer]) -> dict[str, float | None]:
+            return {t.id: t.fire_at for t in timers}
+
+        held = at(await s.export_armed())
+        want = {t.id: t.fire_at for t in (later, *due)}
+        for tid, fire_at in want.items():
+            assert tid in held, f"{tid} was armed and has not fired, but export_armed does not hold it"
+            assert abs(held[tid] - fire_at) < 0.001, f"{tid} is held at {held[tid]}, armed at {fire_at}"
+        gate = asyncio.Event()
+        proc = RecordingProcessor(hold=gate)  # the due timers stay in flight until the gate opens
+        runner.start(proc, "w1")
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in due}, bound_s(s))
+        assert ok, "the due timers were never delivered"
+        held = at(await s.export_armed())
+        for t in due:
+            assert t.id in held and abs(held[t.id] - t.fire_at) < 0.001, (
+                f"{t.id} is claimed and in flight, but export_armed does not hold it at its due time")
+        gate.set()
+        keys = {(t.id, us(t.fire_at)) for t in due}
+        ok = await wait_until(lambda: keys <= set(proc.delivered), bound_s(s))
+        assert ok, "the in-flight batch never committed"
+        held = at(await s.export_armed())
+        fired = [t.id for t in due if t.id in held]
+        assert not fired, f"{fired} fired and finished, but export_armed still holds them"
+        assert "held-later" in held, "a timer not yet due vanished from export_armed"
 
 
 # -- 6. duplicate fires never make duplicate effects --------------------------------------

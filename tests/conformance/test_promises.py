@@ -17,6 +17,7 @@ CHECKS = [
     promises.check_every_timer_fires_within_max_lag,
     promises.check_none_fire_at_is_due_now,
     promises.check_rearm_moves_timer,
+    promises.check_export_armed_holds_what_will_still_fire,
     promises.check_crashed_owner_timers_are_redelivered,
     promises.check_slow_owner_keeps_timers,
     promises.check_duplicate_fire_has_no_duplicate_effect,

@@ -63,6 +63,22 @@ class IgnoresDisarm(MemoryScheduler):
         return sum(tid in self._entries for tid in ids)
 
 
+class CountsNoClaims(MemoryScheduler):
+    """Claims and delivers as memory does, but never counts a claim (schedulers.base asks it to)."""
+
+    def _claim(self, now, owner, batch_no):
+        out = super()._claim(now, owner, batch_no)
+        self.claimed_timers = 0
+        return out
+
+
+class ForgetsInFlight(MemoryScheduler):
+    """Exports only the timers nobody has claimed: a backlog in flight would read as lost."""
+
+    async def export_armed(self):
+        return [t for t in await super().export_armed() if self._entries[t.id].owner is None]
+
+
 def factory_for(cls):
     async def factory():
         s = cls(StoreContext(state_bytes=16), **MemoryScheduler.conformance_options)
@@ -81,8 +97,11 @@ def factory_for(cls):
         (NoEffectKey, promises.check_duplicate_fire_has_no_duplicate_effect),
         (ExportsFirstArm, promises.check_export_lists_what_will_fire),
         (IgnoresDisarm, promises.check_disarm_removes_timers),
+        (CountsNoClaims, promises.check_crashed_owner_timers_are_redelivered),
+        (ForgetsInFlight, promises.check_export_armed_holds_what_will_still_fire),
     ],
-    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key", "exports-first-arm", "ignores-disarm"],
+    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key", "exports-first-arm", "ignores-disarm",
+         "counts-no-claims", "forgets-in-flight"],
 )
 async def test_broken_scheduler_fails_the_suite(cls, check, monkeypatch):
     monkeypatch.setattr(promises, "SLACK_S", 1.0)  # fail fast: the timers are never coming
@@ -98,5 +117,7 @@ async def test_memory_passes_the_same_checks():
         promises.check_duplicate_fire_has_no_duplicate_effect,
         promises.check_export_lists_what_will_fire,
         promises.check_disarm_removes_timers,
+        promises.check_crashed_owner_timers_are_redelivered,
+        promises.check_export_armed_holds_what_will_still_fire,
     ):
         await check(factory_for(MemoryScheduler))

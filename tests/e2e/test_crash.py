@@ -92,15 +92,16 @@ def kill_and_check(proc: subprocess.Popen, run_dir: Path, segment_dir: Path) -> 
     summary = rundir.interrupted_summary(run_dir)
     assert summary["complete"] is False and re.match(r"interrupted at T\+\d+ s", summary["incomplete_reason"])
     assert summary["fires"] > 0 and summary["achieved_rate"] > 0 and summary["lag_ms"]["p99"] is not None
-    assert summary["missed"] is None  # not judged: the run never compared its arms with its fires
+    # not judged: the run never compared its arms with its fires, nor asked the backend what it holds
+    assert summary["outcomes"]["lost"] is None and summary["outcomes"]["pending"] is None
 
     res = subprocess.run([BENCH, "report", str(run_dir), "-o", str(run_dir.parent / "r.html"), "--markdown",
                           str(run_dir.parent / "r.md")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     md = (run_dir.parent / "r.md").read_text()
     assert "interrupted at T+" in md and "corrupt" not in md.lower() and "unreadable" not in md
-    assert f"| Fires (measured) | {summary['fires']:,} |" in md
-    assert "missed fires not judged" in md
+    assert f"| Fires delivered in the window (first deliveries) | {summary['fires']:,} |" in md
+    assert "pending and lost fires not judged" in md
 
 
 def test_sigkill_in_process_keeps_every_closed_segment(tmp_path, pg_dsn):

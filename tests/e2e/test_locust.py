@@ -90,7 +90,7 @@ def test_run_with_arm_load_folds_locust_stats_into_the_run_dir(pg_dsn, tmp_path)
         assert arm["failures"] == 0 and arm["timers_armed"] > 0
         assert {"locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv"} <= set(arm["csv_files"])
         assert all((run_dir / f).exists() for f in arm["csv_files"])
-        assert summary["missed"] == 0 and summary["double_held"] == 0
+        assert summary["correct"] is True and summary["outcomes"]["lost"] == 0 and summary["double_held"] == 0
         # arm load is not part of the measured population
         assert set(pq.read_table(run_dir / "fires.parquet").column("type").to_pylist()) == {"poll"}
         assert len(armed_load_ids(pg_dsn, schema)) == arm["timers_armed"]

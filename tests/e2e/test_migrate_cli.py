@@ -50,7 +50,7 @@ def assert_nothing_lost_or_doubled(m: dict, run_dir: Path) -> None:
         f = st["fires"]
         assert f["lost"] == 0 and f["executed_by_both"] == 0 and f["duplicate_effects"] == 0, st
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["missed"] == 0 and summary["duplicate_effects"] == 0
+    assert summary["correct"] is True and summary["outcomes"]["lost"] == 0 and summary["duplicate_effects"] == 0
 
 
 def long_horizon_after(m: dict, step: str, store: str) -> dict:

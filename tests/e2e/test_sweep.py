@@ -41,9 +41,10 @@ def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(tmp_path
         assert run.parent == sweep_dir and (run / rundir.SUMMARY).exists()
         s = rundir.read_summary(run)
         assert s["target_rate"] == float(key)
-        assert e["achieved"] == s["achieved_rate"] and e["p99_ms"] == s["lag_ms"]["p99"] and e["missed"] == s["missed"]
+        assert e["achieved"] == s["achieved_rate"] and e["p99_ms"] == s["lag_ms"]["p99"]
+        assert e["lost"] == s["outcomes"]["lost"] == 0 and e["pending"] == s["outcomes"]["pending"]
         assert e["writes_per_fire"] is None  # memory has no tables
-        assert e["offered"] > 0 and e["slo_p99_ms"] == 1000.0
+        assert e["offered"] == s["offered_rate"] > 0 and e["slo_p99_ms"] == 1000.0
         assert e["held"] is True and e["reason"] is None, e
     assert mem["max_sustainable_rate"] == 1000.0 and mem["stopped_at"] is None
     assert mem["fraction_of_ceiling"] is None  # no ceiling measured
