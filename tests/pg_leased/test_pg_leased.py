@@ -21,7 +21,7 @@ import pytest
 
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
-from tests.conformance.promises import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"tick_s": 0.05, "lease_s": 1.0, "sweep_s": 0.2, "batch": 50, "max_per_tenant": 10}
@@ -233,48 +233,6 @@ async def test_failed_batch_is_redelivered_after_its_lease(pg_dsn, schema):
         ok = await wait_until(lambda: len(proc.inner.delivered) == 5, s.capabilities.redelivery_s + 5.0)
         assert proc.failed == 5 and ok, f"{len(proc.inner.delivered)} of 5 rows of a failed batch came back"
         assert min(r.received_at for r in proc.inner.received) >= t0 + FAST["lease_s"], "retried before the lease lapsed"
-    finally:
-        await runner.stop_all()
-        await s.teardown(drop=True)
-
-
-@dataclass
-class HeldRearmProcessor:
-    """Waits for ``release``, then re-arms every fire an hour out."""
-
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-    received: list[Fire] = field(default_factory=list)
-
-    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
-        self.received.extend(fires)
-        await self.release.wait()
-        return [Outcome(next_fire_at=time.time() + 3600) for _ in fires]
-
-    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
-        pass
-
-
-async def test_move_during_an_inflight_claim_wins_over_its_rearm(pg_dsn, schema):
-    s = await make(pg_dsn, schema)
-    proc = HeldRearmProcessor()
-    runner = Runner(s)
-    try:
-        await s.arm([Timer("moved", None), Timer("kept", None)])
-        runner.start(proc, "w1")
-        assert await wait_until(lambda: len(proc.received) == 2, 5.0), "the batch was not claimed"
-        moved_to = time.time() + 1.0
-        await s.arm([Timer("moved", moved_to)])  # waits for no lock: the claim has committed
-        proc.release.set()
-        assert await wait_until(lambda: len(proc.received) == 3, 5.0 + s.capabilities.max_lag_s), (
-            "the moved timer did not fire at its new time"
-        )
-        again = proc.received[2]
-        assert again.timer_id == "moved" and abs(again.due_at - moved_to) < 0.001, (
-            f"the batch's re-arm overwrote the move: fired {again.timer_id} due {again.due_at - moved_to:+.3f}s"
-        )
-        armed = {t.id: t.fire_at for t in await s.export_armed()}
-        assert armed["kept"] > time.time() + 3000, "the unmoved row did not take the batch's re-arm"
-        assert s.lost == 1, f"{s.lost} commits found their row moved; expected exactly the moved one"
     finally:
         await runner.stop_all()
         await s.teardown(drop=True)
