@@ -285,7 +285,8 @@ def table_stats(dsn: str, schema: str, min_state_updates: int, timeout_s: float 
     "state_bytes, inline_state",
     # seeds/003's layout: a 4 kB encrypted state in TOAST; and a state small enough to stay in
     # the row with room for a second version (a 4 kB inline state cannot be HOT: two versions
-    # do not fit in an 8 kB page; measure_knobs.py shows why it is still the cheaper default).
+    # do not fit in an 8 kB page; scripts/measure_pg_leased_knobs.py shows why it is still the
+    # cheaper default).
     [(4096, False), (1024, True)],
     ids=["toasted-4096", "inline-1024"],
 )
