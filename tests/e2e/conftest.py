@@ -1,5 +1,12 @@
 """Fixtures of the end-to-end tests.
 
+``bench``: the ``bench`` CLI as the tests run it, one subprocess each call. Every call runs the
+installed console script (``.venv/bin/bench``) from the repository root, where the embedded
+stack's state (``.bench/``) is found, with its output captured as text. A test that needs a
+scheduler which exists only for it (a deliberately broken one) passes
+``register="name=module:Class"``: the CLI then starts through ``python -c``, which adds that one
+line to the registry first, in the subprocess only.
+
 ``private_stack``: restarting a server disturbs every test that shares it, so the tests that
 restart one (``--fault restart-postgres`` / ``restart-temporal``) run on their **own** Postgres
 and Temporal dev server under a temporary home (``harness.stack.Postgres(home)`` /
@@ -13,10 +20,59 @@ vacuum catch up after a held snapshot is released.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from harness import stack
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class BenchCLI:
+    exe: str = str(Path(sys.executable).parent / "bench")
+    cwd: Path = REPO
+    timeout_s: float = 240.0
+
+    def argv(self, *args: str, register: str | None = None) -> list[str]:
+        if register is None:
+            return [self.exe, *args]
+        name, _, target = register.partition("=")
+        script = (
+            f"import sys, schedulers.base as b; b.REGISTRY[{name!r}] = {target!r}; "
+            "from bench.cli import main; main(sys.argv[1:])"
+        )
+        return [sys.executable, "-c", script, *args]
+
+    def __call__(
+        self,
+        *args: str,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        register: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run ``bench ARGS`` to completion."""
+        return subprocess.run(
+            self.argv(*args, register=register),
+            cwd=self.cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=self.timeout_s if timeout is None else timeout,
+        )
+
+    def popen(self, *args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        """Start ``bench ARGS`` and return at once (a server, or a run to interrupt)."""
+        return subprocess.Popen(self.argv(*args), cwd=self.cwd, env=env, text=True, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def bench() -> BenchCLI:
+    return BenchCLI()
 
 
 @pytest.fixture(scope="session")
