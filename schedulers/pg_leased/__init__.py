@@ -188,6 +188,10 @@ class PgLeasedScheduler:
         "sweep_s": 0.25,
         "batch": 50,
         "max_per_tenant": 10,
+        # One claim statement in flight per loop: fairness is a promise about what one claim
+        # takes. With three, a claim that skips the rows another one locked hands over only
+        # the big tenant's rows, and may finish first.
+        "claimers": 1,
     }
     needs_postgres = True
     needs_temporal = False

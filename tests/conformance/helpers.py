@@ -26,7 +26,8 @@ class Received:
     received_at: float
     worker: str
     attempt: int
-    batch_no: int
+    batch_no: int  # the order in which this processor was handed the batch
+    claim_no: int  # Fire.batch: the claim it came in, numbered from 0 per worker
 
 
 @dataclass
@@ -43,7 +44,7 @@ class RecordingProcessor:
     async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
         now = time.time()
         batch = [
-            Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches))
+            Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches), f.batch)
             for f in fires
         ]
         self.batches.append(batch)
@@ -69,6 +70,11 @@ class RecordingProcessor:
 
     def of(self, timer_id: str) -> list[Received]:
         return [r for r in self.received if r.timer_id == timer_id]
+
+    def first_claim(self) -> list[Received]:
+        """The fires of the first claim (``Fire.batch`` 0), whichever batch was processed first:
+        a backend with several claims in flight may hand a later claim over first."""
+        return [r for r in self.received if r.claim_no == 0]
 
 
 class Runner:

@@ -271,9 +271,9 @@ async def check_big_tenant_cannot_starve_others(factory: Factory) -> None:
         small = [Timer(f"small-{k}-{i}", past + 1, tenant_id=f"small{k}") for k in range(5) for i in range(3)]
         await s.arm(big + small)
         runner.start(proc, "w1")
-        ok = await wait_until(lambda: len(proc.batches) >= 1, bound_s(s))
+        ok = await wait_until(lambda: proc.first_claim(), bound_s(s))
         assert ok, "nothing was claimed"
-        first = {r.timer_id for r in proc.batches[0]}
+        first = {r.timer_id for r in proc.first_claim()}
         starved = {t.id for t in small} - first
         assert not starved, (
             f"{len(starved)} of {len(small)} small-tenant timers were not in the first batch "
