@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,17 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.stack import free_port
 from schedulers.base import StoreContext, create
 
 TOKEN = "test-token-not-secret"
 TICK_S = 0.1  # pg_leased's tick (its default, given explicitly: the readiness test counts ticks)
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(method: str, url: str, body: object | None = None, token: str | None = TOKEN) -> tuple[int, dict]:
