@@ -79,14 +79,14 @@ def bench() -> BenchCLI:
 def private_stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("fault-stack")
     pg = stack.Postgres(home)
-    pg.init()
-    with open(pg.data / "postgresql.conf", "a") as f:
-        f.write("autovacuum_naptime = 1s\n")  # see the module docstring
-    dsn, _ = pg.start()  # a free port: the shared server holds the default one
     temporal = stack.TemporalDev(home)
-    address, _ = temporal.start()
-    env = {**os.environ, "TIMERBENCH_HOME": str(home), "TIMERBENCH_DSN": dsn, "TIMERBENCH_TEMPORAL": address}
-    try:
+    try:  # a server that started is stopped even when the next one fails to start
+        pg.init()
+        with open(pg.data / "postgresql.conf", "a") as f:
+            f.write("autovacuum_naptime = 1s\n")  # see the module docstring
+        dsn, _ = pg.start()  # a free port: the shared server holds the default one
+        address, _ = temporal.start()
+        env = {**os.environ, "TIMERBENCH_HOME": str(home), "TIMERBENCH_DSN": dsn, "TIMERBENCH_TEMPORAL": address}
         yield env
     finally:
         temporal.stop()  # the pid file names the server a restart-temporal fault started
