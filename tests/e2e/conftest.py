@@ -2,10 +2,11 @@
 
 ``bench``: the ``bench`` CLI as the tests run it, one subprocess each call. Every call runs the
 installed console script (``.venv/bin/bench``) from the repository root, where the embedded
-stack's state (``.bench/``) is found, with its output captured as text. A test that needs a
-scheduler which exists only for it (a deliberately broken one) passes
-``register="name=module:Class"``: the CLI then starts through ``python -c``, which adds that one
-line to the registry first, in the subprocess only.
+stack's state (``.bench/``) is found, with its output captured as text (unbuffered, so that a run
+killed on its timeout still shows what it printed). A test that needs a scheduler which exists
+only for it (a deliberately broken one) passes ``register="name=module:Class"``: the CLI then
+starts through ``python -c``, which adds that one line to the registry first, in the subprocess
+only.
 
 ``private_stack``: restarting a server disturbs every test that shares it, so the tests that
 restart one (``--fault restart-postgres`` / ``restart-temporal``) run on their **own** Postgres
@@ -55,19 +56,35 @@ class BenchCLI:
         env: dict[str, str] | None = None,
         register: str | None = None,
     ) -> subprocess.CompletedProcess:
-        """Run ``bench ARGS`` to completion."""
-        return subprocess.run(
-            self.argv(*args, register=register),
-            cwd=self.cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout_s if timeout is None else timeout,
-        )
+        """Run ``bench ARGS`` to completion. One that outlives ``timeout`` fails the test with
+        the end of what it printed (a bare ``TimeoutExpired`` shows none of it)."""
+        timeout = self.timeout_s if timeout is None else timeout
+        # unbuffered: what a run printed before it was killed on the timeout is kept
+        env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+        try:
+            return subprocess.run(
+                self.argv(*args, register=register),
+                cwd=self.cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            said = "".join(_text(x) for x in (exc.stdout, exc.stderr))
+            raise AssertionError(
+                f"bench {' '.join(args[:3])} ... did not finish within {timeout:g} s; it printed:\n{said[-4000:]}"
+            ) from None
 
     def popen(self, *args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         """Start ``bench ARGS`` and return at once (a server, or a run to interrupt)."""
         return subprocess.Popen(self.argv(*args), cwd=self.cwd, env=env, text=True, **kwargs)
+
+
+def _text(out: str | bytes | None) -> str:
+    if out is None:
+        return ""
+    return out if isinstance(out, str) else out.decode(errors="replace")
 
 
 @pytest.fixture(scope="session")
