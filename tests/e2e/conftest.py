@@ -55,6 +55,7 @@ class BenchCLI:
         timeout: float | None = None,
         env: dict[str, str] | None = None,
         register: str | None = None,
+        cwd: str | Path | None = None,
     ) -> subprocess.CompletedProcess:
         """Run ``bench ARGS`` to completion. One that outlives ``timeout`` fails the test with
         the end of what it printed (a bare ``TimeoutExpired`` shows none of it)."""
@@ -64,7 +65,7 @@ class BenchCLI:
         try:
             return subprocess.run(
                 self.argv(*args, register=register),
-                cwd=self.cwd,
+                cwd=self.cwd if cwd is None else cwd,
                 env=env,
                 capture_output=True,
                 text=True,
