@@ -34,7 +34,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -46,6 +45,7 @@ import numpy as np
 import yaml
 
 from harness.node import PARENT_PID_ENV, REARM_UNTIL_ENV
+from harness.stack import free_port
 from loadgen.processor import merge_state
 from metrics import rundir
 
@@ -202,13 +202,6 @@ async def _first(*aws) -> None:
 
 
 # -- in bench serve node processes -----------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now on loopback (the node binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class NodeWorkers(Workers):

@@ -42,7 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
+from schedulers.base import Capabilities, Processor, RunLoop, StoreContext, Timer, resolve_options, us
 from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
@@ -124,40 +124,34 @@ class TemporalShardsScheduler:
     needs_temporal = True
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown temporal_shards option(s) {sorted(unknown)}; accepted: {', '.join(sorted(self.default_options))}"
-            )
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        o = self.options
+        self.options = o = resolve_options(self.name, self.default_options, options)
         self.per_type = parse_types(o["types"])
-        self.lease_s = float(o["lease_s"])
-        self.eps = float(o["eps"])
-        self.ring_refresh_s = float(o["ring_refresh_s"])
+        self.lease_s = o["lease_s"]
+        self.eps = o["eps"]
+        self.ring_refresh_s = o["ring_refresh_s"]
         # Workflow ids and the task queue carry the schema, so concurrent runs never meet.
         self.prefix = "tb-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.schema)
         self.task_queue = self.prefix
         self.shard_config = ShardConfig(
             prefix=self.prefix,
             task_queue=self.task_queue,
-            batch=int(o["batch"]),
-            max_lag_s=float(o["max_lag_s"]),
+            batch=o["batch"],
+            max_lag_s=o["max_lag_s"],
             per_type=self.per_type,
-            timer_cap=int(o["timer_cap"]),
-            history_bound=int(o["history_bound"]),
-            util_report_s=float(o["util_report_s"]),
-            forward_horizon_s=float(o["forward_horizon_s"]),
+            timer_cap=o["timer_cap"],
+            history_bound=o["history_bound"],
+            util_report_s=o["util_report_s"],
+            forward_horizon_s=o["forward_horizon_s"],
             lease_s=self.lease_s,
-            retry_initial_s=float(o["retry_initial_s"]),
+            retry_initial_s=o["retry_initial_s"],
         )
-        max_lag = max([float(o["max_lag_s"])] + [v[1] for v in self.per_type.values()])
+        max_lag = max([o["max_lag_s"]] + [v[1] for v in self.per_type.values()])
         self.capabilities = Capabilities(
-            max_lag_s=max_lag + float(o["poll_overhead_s"]),
+            max_lag_s=max_lag + o["poll_overhead_s"],
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
-            redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
             cancel=False,  # seeds/003: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
@@ -183,7 +177,7 @@ class TemporalShardsScheduler:
         if created:
             async with self.pool.connection() as conn:
                 await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
-                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
+                await conn.execute(self.q["ring_init"], {"shards": self.options["shards"]})
 
     async def _connect(self) -> None:
         """The pool and the Temporal client, without touching the schema: enough to read, arm
@@ -379,12 +373,14 @@ class TemporalShardsScheduler:
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
             ),
             identity=worker_id,
-            max_concurrent_activities=int(self.options["max_concurrent_activities"]),
-            sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
+            max_concurrent_activities=self.options["max_concurrent_activities"],
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.options["sticky_timeout_s"]),
             graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
         )
-        worker_task = asyncio.create_task(worker.run())
-        try:
+        # Cancelling is a crash (RunLoop): the worker goes away mid-batch (awaited, so it is gone
+        # when run() ends) and claims are not released.
+        async with RunLoop() as loop:
+            worker_task = loop.keep(worker.run(), join=True)
             if self.options["controller"]:
                 await self._ensure_controller()
             stop_task = asyncio.create_task(stop.wait())
@@ -405,30 +401,24 @@ class TemporalShardsScheduler:
                 return
             # Graceful stop: take no new batch, let in-flight ones commit, then shut down.
             stopping.set()
-            deadline = time.time() + float(self.options["drain_s"])
+            deadline = time.time() + self.options["drain_s"]
             while acts.in_flight and time.time() < deadline:
                 await asyncio.sleep(0.05)
             await worker.shutdown()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker_task
-        except asyncio.CancelledError:
-            # A crash: the worker goes away mid-batch; claims are not released.
-            worker_task.cancel()
-            with contextlib.suppress(BaseException):
-                await worker_task
-            raise
 
     async def _ensure_controller(self) -> None:
         o = self.options
         await self.client.start_workflow(
             CONTROLLER_WORKFLOW,
             ControllerInput(
-                period_s=float(o["controller_period_s"]),
-                timer_cap=int(o["timer_cap"]),
-                grow_above=float(o["grow_above"]),
-                grow_target=float(o["grow_target"]),
+                period_s=o["controller_period_s"],
+                timer_cap=o["timer_cap"],
+                grow_above=o["grow_above"],
+                grow_target=o["grow_target"],
                 # a forward needs a ring refresh, then both shards' next reports
-                settle_s=float(o["ring_refresh_s"]) + 2 * float(o["util_report_s"]),
+                settle_s=o["ring_refresh_s"] + 2 * o["util_report_s"],
             ),
             id=f"{self.prefix}-controller",
             task_queue=self.task_queue,
@@ -454,7 +444,7 @@ class TemporalShardsScheduler:
             cans += can
             max_can = max(max_can, max_can_h)
         total = sum(timers)
-        cap = int(self.options["timer_cap"])
+        cap = self.options["timer_cap"]
         out["timers"] = float(total)
         out["utilisation"] = total / (n * cap)
         out["max_shard_utilisation"] = max(timers) / cap if timers else 0.0

@@ -8,26 +8,18 @@ recomputed here from the nodes' hold logs with plain Python).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from metrics.rundir import FIRES_SCHEMA
 
-BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
 
 
-def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def test_two_nodes_on_one_store_never_double_hold_a_timer(tmp_path, pg_dsn):  # pg_dsn: the stack is up
-    res = bench("run", "--scheduler", "pg_leased", "--nodes", "2", *SHORT, "--out", str(tmp_path))
+def test_two_nodes_on_one_store_never_double_hold_a_timer(bench, tmp_path, pg_dsn):  # pg_dsn: the stack is up
+    res = bench("run", "--scheduler", "pg_leased", "--nodes", "2", *SHORT, "--out", str(tmp_path), timeout=180)
     assert res.returncode == 0, (res.stdout, res.stderr)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -65,7 +57,7 @@ def test_two_nodes_on_one_store_never_double_hold_a_timer(tmp_path, pg_dsn):  # 
         assert json.loads(meta.read_text())["graceful"] is True
 
 
-def test_nodes_refuse_an_in_process_store(tmp_path):
+def test_nodes_refuse_an_in_process_store(bench, tmp_path):
     res = bench("run", "--scheduler", "memory", "--nodes", "2", *SHORT, "--out", str(tmp_path), timeout=60)
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import glob
 import os
-import subprocess
-import sys
 import warnings
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,14 +19,8 @@ from reports.tables import SUMMARY_ROWS
 from schedulers.base import REGISTRY
 from tests.e2e.recompute import nearest_rank_ms, outcomes
 
-REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["--workload", "smoke", "--duration", "6s", "--warmup", "1s"]
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    # cwd is the repository: the embedded stack's state (.bench/) is found from there.
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def schedulers_under_test() -> list[str]:
@@ -75,7 +67,7 @@ def parse(path: Path) -> Page:
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def compared(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
     names = schedulers_under_test()
     html, md = out / "report.html", out / "report.md"
@@ -179,7 +171,7 @@ def test_markdown_has_the_same_tables(compared):
         n + (" (baseline)" if i == 0 and len(compared["names"]) > 1 else "") for i, n in enumerate(compared["names"])) + " |"
 
 
-def test_report_accepts_globs_and_parents_and_a_baseline(compared, tmp_path):
+def test_report_accepts_globs_and_parents_and_a_baseline(bench, compared, tmp_path):
     runs = compared["out"] / "runs"
     html = tmp_path / "r.html"
     last = compared["names"][-1]
@@ -192,13 +184,13 @@ def test_report_accepts_globs_and_parents_and_a_baseline(compared, tmp_path):
     assert f"ratios are against <b>{last}</b>" in text or len(compared["names"]) == 1
 
 
-def test_report_of_nothing_is_a_usage_error(tmp_path):
+def test_report_of_nothing_is_a_usage_error(bench, tmp_path):
     proc = bench("report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html"))
     assert proc.returncode == 2
     assert "no run directory" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_failed_run_is_reported_and_the_others_still_are(tmp_path):
+def test_a_failed_run_is_reported_and_the_others_still_are(bench, tmp_path):
     # A bad option would be refused before any run starts (exit 2, test_bad_input.py); a failure
     # only the run itself can meet is a scheduler that crashes mid-run. It is registered in every
     # process of this test (compare and its child runs) through a sitecustomize on PYTHONPATH.
@@ -206,11 +198,10 @@ def test_a_failed_run_is_reported_and_the_others_still_are(tmp_path):
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import schedulers.base as b\nb.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(bench.cwd)])}
     html = tmp_path / "r.html"
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "compare", "--schedulers", "memory,crashing", *SMOKE,
-                           "--out", str(tmp_path / "runs"), "-o", str(html)],
-                          cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
+    proc = bench("compare", "--schedulers", "memory,crashing", *SMOKE, "--out", str(tmp_path / "runs"), "-o", str(html),
+                 env=env, timeout=240)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 of 2 runs failed: crashing" in proc.stderr
     page = parse(html)
@@ -223,7 +214,7 @@ def test_a_failed_run_is_reported_and_the_others_still_are(tmp_path):
     assert made == ["crashing", "memory"]  # the crashed run's partial directory is kept and shown
 
 
-def test_a_run_without_summary_is_recomputed_and_marked_incomplete(compared, tmp_path):
+def test_a_run_without_summary_is_recomputed_and_marked_incomplete(bench, compared, tmp_path):
     import shutil
 
     src = compared["runs"]["memory"]

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
 from schedulers.base import REGISTRY
 from tests.e2e.recompute import check_summary
 
-BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
 SUMMARY_KEYS = {
     "complete", "incomplete_reason", "correct", "failures", "scheduler", "workload_name", "cadence", "target_rate",
@@ -37,10 +35,6 @@ ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "p
             "temporal_version", "timerbench_version", "git_commit"}
 
 
-def bench(*args: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, **kw)
-
-
 def only_run_dir(out: Path) -> Path:
     dirs = [p for p in out.iterdir() if p.is_dir()]
     assert len(dirs) == 1, dirs
@@ -48,7 +42,7 @@ def only_run_dir(out: Path) -> Path:
 
 
 @pytest.mark.parametrize("scheduler", sorted(REGISTRY))
-def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_path):
+def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler, tmp_path):
     res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(tmp_path), timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
@@ -105,11 +99,11 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_pa
         assert s["dead_tuples"]["table_peak"] is None and s["hot_ratio"] is None
 
 
-def test_sigint_leaves_a_readable_run_dir_marked_incomplete(tmp_path):
-    proc = subprocess.Popen(
-        [BENCH, "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
-         "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+def test_sigint_leaves_a_readable_run_dir_marked_incomplete(bench, tmp_path):
+    proc = bench.popen(
+        "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
+        "--out", str(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         started = time.time()
@@ -141,7 +135,7 @@ def one_line_usage_error(res: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_unknown_scheduler_lists_the_valid_names(tmp_path):
+def test_unknown_scheduler_lists_the_valid_names(bench, tmp_path):
     line = one_line_usage_error(bench("run", "--scheduler", "nosuch", "--out", str(tmp_path), timeout=30))
     assert "nosuch" in line
     for name in REGISTRY:
@@ -150,14 +144,14 @@ def test_unknown_scheduler_lists_the_valid_names(tmp_path):
 
 
 @pytest.mark.parametrize("rate", ["fast", "5/fortnight", "-3/s"])
-def test_malformed_rate_names_the_accepted_forms(rate, tmp_path):
+def test_malformed_rate_names_the_accepted_forms(bench, rate, tmp_path):
     line = one_line_usage_error(bench("run", "--scheduler", "memory", "--rate", rate, "--out", str(tmp_path), timeout=30))
     assert rate in line
     for form in ("556/s", "33360/min", "556"):
         assert form in line
 
 
-def test_unreachable_dsn_names_host_and_port_not_the_password(tmp_path):
+def test_unreachable_dsn_names_host_and_port_not_the_password(bench, tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -171,17 +165,9 @@ def test_unreachable_dsn_names_host_and_port_not_the_password(tmp_path):
     assert "s3cretpw" not in res.stderr + res.stdout
 
 
-def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(tmp_path):
-    script = (
-        "import sys, schedulers.base as b; "
-        "b.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'; "
-        "from bench.cli import main; main(sys.argv[1:])"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", script, "run", "--scheduler", "crashing", "--workload", "smoke",
-         "--duration", "8s", "--warmup", "1s", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
-    )
+def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(bench, tmp_path):
+    res = bench("run", "--scheduler", "crashing", "--workload", "smoke", "--duration", "8s", "--warmup", "1s",
+                "--out", str(tmp_path), timeout=120, register="crashing=tests.e2e.crashing:CrashingScheduler")
     assert res.returncode == 1, res.stdout + res.stderr
     run_dir = only_run_dir(tmp_path)
     s = json.loads((run_dir / "summary.json").read_text())
