@@ -1,0 +1,392 @@
+"""temporal_per_trigger: seeds/003's rejected alternative -- one Temporal workflow per trigger.
+
+seeds/003: "A Temporal workflow for every trigger would give us durable timers, but still leave
+us dispatching a separate workflow's poll on every fire." This backend builds that design so the
+argument can be measured: no batching, every fire is a timer, a workflow task, an activity and a
+second workflow task of its own trigger's workflow.
+
+Data flow:
+
+* ``arm()`` upserts the trigger rows by key (new fire time, version + 1; ``fire_at=None`` is the
+  arm time, due now), then sends **one signal-with-start per trigger**: the trigger's workflow
+  (``workflows.TriggerWorkflow``, id ``<prefix>-t-<trigger id>``) is started if it is not running,
+  or signalled to move.
+* The workflow sleeps on a durable timer until the fire time, then runs one poll activity
+  (``activities.py``): read the row by key, and only if it is still at the version the workflow
+  armed, hand the fire to its type's processor and commit effect (keyed by ``(trigger_id,
+  due_at)``), changed state and the next fire time in one transaction, fenced on that version.
+  The activity returns the row's fire time and version; the workflow follows the newest it has
+  heard of (poll answer or signal) and sleeps again, or returns when the trigger is finished.
+* The workflow continues as new, carrying only the fire time and version, past ``history_bound``
+  events or when the server suggests it.
+
+Compared with temporal_shards, a fire writes the trigger row once instead of twice (no claim:
+Temporal runs one execution per workflow id and the workflow one poll at a time, so the workflow
+is the trigger's lock and the activity's heartbeat timeout is its lease), and costs Temporal a
+timer, two workflow tasks and an activity. ``stats()`` counts those operations (``costs.py``).
+
+Crash semantics: cancelling ``run()`` shuts its worker down without releasing anything; Temporal
+retries the interrupted poll activity (at once on the failure the worker reports, or after the
+heartbeat timeout ``lease_s`` when the process died) on any live worker, and the retry delivers
+the fire again with ``attempt`` 2 unless the first attempt's commit went through. Workflow state
+is Temporal's: another worker replays it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.sqlfile import Queries
+from schedulers.temporal_per_trigger import costs
+from schedulers.temporal_per_trigger.workflows import (
+    ARM_SIGNAL,
+    TRIGGER_WORKFLOW,
+    ArmSignal,
+    TriggerConfig,
+    TriggerInput,
+    TriggerWorkflow,
+)
+
+HERE = Path(__file__).parent
+TERMINATE_CONCURRENCY = 64  # terminate RPCs in flight at teardown
+
+
+class TemporalPerTriggerScheduler:
+    name = "temporal_per_trigger"
+    description = "one Temporal workflow per trigger: a durable timer, then a poll activity per fire (seeds/003 rejected alternative)"
+    default_options: dict[str, Any] = {
+        "history_bound": 1000,  # events; a trigger's workflow continues as new past this (or when
+        # the server suggests it). About 10 events a fire, so ~100 fires a run: a replay after a
+        # cache eviction re-runs at most that many iterations.
+        "lease_s": 30.0,  # poll activity heartbeat timeout, seconds: a dead worker's poll comes back after it
+        "retry_initial_s": 0.5,  # first retry of an interrupted poll activity, seconds
+        "dispatch_allowance_s": 60.0,  # seconds Temporal may take to dispatch a due fire (timer,
+        # workflow task, activity, processor): the declared lag bound, since nothing batches. A
+        # real cluster takes well under a second; the embedded dev server (SQLite, 2 shared
+        # cores) dispatched a burst of 400 new triggers over 42 s at load 11, and the bound
+        # must hold there too (the conformance suite checks it).
+        "arm_concurrency": 16,  # signal-with-start calls in flight per arm(); more only made the
+        # dev server time out creates it had started (measured at 64)
+        "max_concurrent_activities": 500,  # poll activities per worker (each holds one fire)
+        "max_cached_workflows": 10_000,  # per worker; a trigger workflow evicted from the cache
+        # replays its history on its next fire (the SDK default is 1,000)
+        "sandbox": False,  # run workflows in the SDK's sandbox (per-activation CPU a Go worker,
+        # as in seeds/003, would not pay; the workflow does no I/O by construction)
+        "workflow_task_pollers": 5,  # concurrent workflow-task polls per worker (the SDK default)
+        "activity_task_pollers": 5,  # concurrent activity-task polls per worker (the SDK default)
+        "sticky_timeout_s": 5.0,  # a dead worker's cached workflows move after this, seconds
+        "drain_s": 30.0,  # graceful stop waits this long for in-flight polls, seconds
+        "pool_size": 16,  # Postgres connections per scheduler instance
+        "costs_flush_s": 1.0,  # how often this process adds its Temporal counts to temporal_costs, seconds
+    }
+    conformance_options: dict[str, Any] = {
+        "lease_s": 2.0,
+        "retry_initial_s": 0.2,
+        "sticky_timeout_s": 1.0,
+        "drain_s": 5.0,
+    }
+    needs_postgres = True
+    needs_temporal = True
+
+    def __init__(self, ctx: StoreContext, **options: Any) -> None:
+        unknown = set(options) - set(self.default_options)
+        if unknown:
+            raise ValueError(
+                f"unknown temporal_per_trigger option(s) {sorted(unknown)}; accepted: {', '.join(sorted(self.default_options))}"
+            )
+        self.ctx = ctx
+        self.options = {**self.default_options, **options}
+        o = self.options
+        self.lease_s = float(o["lease_s"])
+        # Workflow ids and the task queue carry the schema, so concurrent runs never meet.
+        self.prefix = "tp-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.schema)
+        self.task_queue = self.prefix
+        self.trigger_config = TriggerConfig(
+            task_queue=self.task_queue,
+            history_bound=int(o["history_bound"]),
+            lease_s=self.lease_s,
+            retry_initial_s=float(o["retry_initial_s"]),
+        )
+        self.capabilities = Capabilities(
+            max_lag_s=float(o["dispatch_allowance_s"]),
+            per_tenant_fairness=False,  # every trigger is dispatched on its own; no tenant order
+            heartbeat_leases=True,  # the poll activity heartbeats; its timeout is the lease
+            redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            cancel=False,  # as temporal_shards: seeds/003 has no cancel operation
+            multi_runner=True,
+            at_least_once=True,
+        )
+        self.q = Queries(HERE / "queries.sql", ctx.schema)
+        self.pool = None
+        self.client: Client | None = None
+        self.last_tick_at = 0.0  # set by run() while its worker runs
+        self.source = f"{socket.gethostname()}:{os.getpid()}"  # this process's temporal_costs row
+        self._flushed_at = 0.0
+        self._flush_lock = asyncio.Lock()  # a reading stats() waits for a flush in progress
+
+    def workflow_id(self, trigger_id: str) -> str:
+        return f"{self.prefix}-t-{trigger_id}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        if not self.ctx.dsn or not self.ctx.temporal_address:
+            raise ValueError("temporal_per_trigger needs both a Postgres DSN and a Temporal address")
+        if self.pool is None:
+            self.pool = await open_pool(
+                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name="timerbench-temporal-per-trigger"
+            )
+            async with self.pool.connection() as conn:
+                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+        if self.client is None:
+            self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+
+    async def teardown(self, drop: bool = True) -> None:
+        if self.pool is not None and not drop:
+            with contextlib.suppress(Exception):
+                await self.flush_costs()
+        if drop and self.client is not None and self.pool is not None:
+            await self._terminate_workflows()
+        if self.pool is not None:
+            if drop:
+                async with self.pool.connection() as conn:
+                    await drop_schema(conn, self.ctx.schema)
+            await self.pool.close()
+            self.pool = None
+        elif drop and self.ctx.dsn:
+            pool = await open_pool(self.ctx.dsn, max_size=1)
+            async with pool.connection() as conn:
+                await drop_schema(conn, self.ctx.schema)
+            await pool.close()
+        costs.drain(self.task_queue)
+        self.client = None
+
+    async def _terminate_workflows(self) -> None:
+        """Every armed trigger's workflow (from the table: no visibility scan of a large
+        population), then whatever visibility still lists as running on this task queue."""
+        async with self.pool.connection() as conn:
+            ids = {self.workflow_id(r[0]) for r in await (await conn.execute(self.q["armed_ids"])).fetchall()}
+        await self._terminate(ids)
+        for _ in range(2):
+            found: set[str] = set()
+            with contextlib.suppress(Exception):
+                query = f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running'"
+                async for wf in self.client.list_workflows(query):
+                    found.add(wf.id)
+            await self._terminate(found)
+            await asyncio.sleep(0.2)
+
+    async def _terminate(self, ids: set[str]) -> None:
+        gate = asyncio.Semaphore(TERMINATE_CONCURRENCY)
+
+        async def one(wid: str) -> None:
+            async with gate:
+                with contextlib.suppress(Exception):  # already finished or never started
+                    await self.client.get_workflow_handle(wid).terminate("timerbench teardown")
+
+        await asyncio.gather(*(one(w) for w in ids))
+
+    def relations(self) -> list[str]:
+        s = self.ctx.schema
+        return [qualified(s, t) for t in ("trigger", "trigger_state", "effects", "temporal_costs")]
+
+    # -- arming --------------------------------------------------------------------------------
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        if not timers:
+            return
+        assert self.client is not None, "call setup() first"
+        now = us(time.time())
+        latest: dict[str, Timer] = {}
+        for t in timers:  # one row can take one new fire time per statement: the last wins
+            latest[t.id] = t
+        ts = list(latest.values())
+        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    self.q["arm_upsert"],
+                    {
+                        "ids": [t.id for t in ts],
+                        "types": [t.type for t in ts],
+                        "tenants": [t.tenant_id for t in ts],
+                        "priorities": [t.priority for t in ts],
+                        "fire_ats": fire_ats,
+                        "armed_at": now,
+                    },
+                )
+                rows = await cur.fetchall()
+                new = [tid for tid, _, inserted in rows if inserted]
+                if new:
+                    size = self.ctx.state_bytes
+                    await conn.execute(
+                        self.q["state_insert"],
+                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
+                    )
+        version = {tid: v for tid, v, _ in rows}
+        gate = asyncio.Semaphore(int(self.options["arm_concurrency"]))
+
+        async def one(tid: str, fire_at: float) -> None:
+            async with gate:
+                await self._signal(tid, ArmSignal(fire_at, version[tid]))
+
+        await asyncio.gather(*(one(t.id, f) for t, f in zip(ts, fire_ats)))
+
+    async def _signal(self, trigger_id: str, sig: ArmSignal) -> None:
+        """Signal-with-start: starts the trigger's workflow if none runs, else signals it. A
+        re-sent signal carries the same version, which the workflow ignores."""
+        for attempt in range(5):
+            try:
+                handle = await self.client.start_workflow(
+                    TRIGGER_WORKFLOW,
+                    TriggerInput(trigger_id, self.trigger_config),
+                    id=self.workflow_id(trigger_id),
+                    task_queue=self.task_queue,
+                    start_signal=ARM_SIGNAL,
+                    start_signal_args=[sig],
+                )
+                break
+            except RPCError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)
+        costs.count(self.task_queue, "signals_sent")
+        if handle.first_execution_run_id is not None:  # set only when this call started a run
+            costs.count(self.task_queue, "workflows_started")
+
+    # -- the worker ----------------------------------------------------------------------------
+
+    async def run(
+        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
+    ) -> None:
+        from schedulers.temporal_per_trigger.activities import PollActivities
+
+        assert self.client is not None, "call setup() first"
+        worker_id = worker_id or f"tp-{os.getpid()}-{id(stop):x}"
+        stopping = asyncio.Event()
+        acts = PollActivities(self, processors, worker_id, stopping)
+        # One connection per worker: the SDK refuses two workers for one task queue on one
+        # client, and several run() loops (workers) may share this scheduler in one process.
+        client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+        if self.options["sandbox"]:
+            runner = SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
+            )
+        else:
+            runner = UnsandboxedWorkflowRunner()
+        worker = Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[TriggerWorkflow],
+            activities=[acts.poll_trigger],
+            workflow_runner=runner,
+            identity=worker_id,
+            max_concurrent_activities=int(self.options["max_concurrent_activities"]),
+            max_cached_workflows=int(self.options["max_cached_workflows"]),
+            max_concurrent_workflow_task_polls=int(self.options["workflow_task_pollers"]),
+            max_concurrent_activity_task_polls=int(self.options["activity_task_pollers"]),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
+            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
+        )
+        worker_task = asyncio.create_task(worker.run())
+        try:
+            stop_task = asyncio.create_task(stop.wait())
+            try:
+                # The "tick" of this design is the worker polling its task queue: while the
+                # worker task runs, the loop is alive (health checks read last_tick_at).
+                while True:
+                    self.last_tick_at = time.time()
+                    done, _ = await asyncio.wait(
+                        {worker_task, stop_task}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if done:
+                        break
+                    await self._maybe_flush_costs()
+            finally:
+                stop_task.cancel()
+            if worker_task.done():
+                worker_task.result()  # the worker died: say why
+                return
+            # Graceful stop: take no new poll, let in-flight ones commit, then shut down.
+            stopping.set()
+            deadline = time.time() + float(self.options["drain_s"])
+            while acts.in_flight and time.time() < deadline:
+                await asyncio.sleep(0.05)
+            await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker_task
+            with contextlib.suppress(Exception):
+                await self.flush_costs()
+        except asyncio.CancelledError:
+            # A crash: the worker goes away mid-poll; nothing is released.
+            worker_task.cancel()
+            with contextlib.suppress(BaseException):
+                await worker_task
+            raise
+
+    # -- gauges and export -----------------------------------------------------------------------
+
+    async def _maybe_flush_costs(self) -> None:
+        if time.time() - self._flushed_at >= float(self.options["costs_flush_s"]):
+            with contextlib.suppress(Exception):  # a failed flush keeps its counts for the next
+                await self.flush_costs()
+
+    async def flush_costs(self) -> None:
+        """Add this process's Temporal counts since the last flush to its temporal_costs row."""
+        async with self._flush_lock:
+            self._flushed_at = time.time()
+            pending = costs.drain(self.task_queue)
+            if pending.empty():
+                return
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(self.q["costs_add"], {"source": self.source, **pending.as_params()})
+            except BaseException:
+                costs.restore(self.task_queue, pending)
+                raise
+
+    async def stats(self) -> dict[str, float]:
+        with contextlib.suppress(Exception):
+            await self.flush_costs()  # this process's counts up to now, then every process's sums
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(self.q["costs_read"])).fetchone()
+        started, completed, signals, activities, cans, fires, stale = row
+        out = {
+            "workflows_started": started,
+            "workflows_completed": completed,
+            "workflows_running": started - completed,  # by this design's own count
+            "signals_sent": signals,
+            "activities_executed": activities,
+            "continue_as_new": cans,
+            "claimed_timers": fires,  # the sampler's claim-rate gauge: fires handed to processors
+            "stale_polls": stale,
+        }
+        # Per fire: the point of the comparison with temporal_shards' batches.
+        for name, value in (
+            ("workflows_started", started),
+            ("signals", signals),
+            ("activities", activities),
+            ("continue_as_new", cans),
+        ):
+            out[f"{name}_per_fire"] = value / fires if fires else 0.0
+        return out
+
+    async def export_armed(self) -> list[Timer]:
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(self.q["export_armed"])).fetchall()
+        return [Timer(tid, us(fire_at), type_, tenant, prio) for tid, fire_at, type_, tenant, prio in rows]
