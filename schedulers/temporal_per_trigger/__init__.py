@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import socket
@@ -63,6 +64,7 @@ from schedulers.temporal_per_trigger.workflows import (
 )
 
 HERE = Path(__file__).parent
+log = logging.getLogger(__name__)
 TERMINATE_CONCURRENCY = 64  # terminate RPCs in flight at teardown
 
 
@@ -92,6 +94,8 @@ class TemporalPerTriggerScheduler:
         "sticky_timeout_s": 5.0,  # a dead worker's cached workflows move after this, seconds
         "drain_s": 30.0,  # graceful stop waits this long for in-flight polls, seconds
         "pool_size": 16,  # Postgres connections per scheduler instance
+        "terminate_s": 30.0,  # teardown(drop=True) terminates running trigger workflows for at most
+        # this long, seconds (the embedded dev server terminates a few hundred a second at best)
         "costs_flush_s": 1.0,  # how often this process adds its Temporal counts to temporal_costs, seconds
     }
     conformance_options: dict[str, Any] = {
@@ -137,6 +141,7 @@ class TemporalPerTriggerScheduler:
         self.last_tick_at = 0.0  # set by run() while its worker runs
         self.source = f"{socket.gethostname()}:{os.getpid()}"  # this process's temporal_costs row
         self._flushed_at = 0.0
+        self.left_running = 0  # trigger workflows the last teardown could not terminate in time
         self._flush_lock = asyncio.Lock()  # a reading stats() waits for a flush in progress
 
     def workflow_id(self, trigger_id: str) -> str:
@@ -177,29 +182,45 @@ class TemporalPerTriggerScheduler:
         self.client = None
 
     async def _terminate_workflows(self) -> None:
-        """Every armed trigger's workflow (from the table: no visibility scan of a large
-        population), then whatever visibility still lists as running on this task queue."""
+        """Every armed trigger's workflow (ids from the table: no visibility scan of a large
+        population), then whatever visibility still lists as running on this task queue, for
+        at most ``terminate_s``. A workflow left running is inert: no worker polls this task
+        queue again, and if one did, its poll finds the schema gone and the workflow ends."""
+        deadline = time.time() + float(self.options["terminate_s"])
         async with self.pool.connection() as conn:
-            ids = {self.workflow_id(r[0]) for r in await (await conn.execute(self.q["armed_ids"])).fetchall()}
-        await self._terminate(ids)
+            ids = [self.workflow_id(r[0]) for r in await (await conn.execute(self.q["armed_ids"])).fetchall()]
+        left = await self._terminate(ids, deadline)
         for _ in range(2):
-            found: set[str] = set()
+            if time.time() >= deadline:
+                break
+            found: list[str] = []
             with contextlib.suppress(Exception):
                 query = f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running'"
                 async for wf in self.client.list_workflows(query):
-                    found.add(wf.id)
-            await self._terminate(found)
+                    found.append(wf.id)
+            left = await self._terminate(found, deadline)
             await asyncio.sleep(0.2)
+        self.left_running = left
+        if left:
+            log.warning("teardown left %d trigger workflows running after %.0f s (inert: no worker polls %s)",
+                        left, float(self.options["terminate_s"]), self.task_queue)
 
-    async def _terminate(self, ids: set[str]) -> None:
+    async def _terminate(self, ids: list[str], deadline: float) -> int:
+        """Terminate ``ids`` until ``deadline``; returns how many were not reached."""
         gate = asyncio.Semaphore(TERMINATE_CONCURRENCY)
+        skipped = 0
 
         async def one(wid: str) -> None:
+            nonlocal skipped
             async with gate:
+                if time.time() >= deadline:
+                    skipped += 1
+                    return
                 with contextlib.suppress(Exception):  # already finished or never started
                     await self.client.get_workflow_handle(wid).terminate("timerbench teardown")
 
         await asyncio.gather(*(one(w) for w in ids))
+        return skipped
 
     def relations(self) -> list[str]:
         s = self.ctx.schema

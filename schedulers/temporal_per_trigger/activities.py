@@ -55,8 +55,11 @@ class PollActivities:
         costs.count(tq, "activities_executed")
         self.in_flight += 1
         try:
-            async with self.s.pool.connection() as conn:
-                row = await (await conn.execute(self.s.q["read_trigger"], {"id": inp.trigger_id})).fetchone()
+            try:
+                async with self.s.pool.connection() as conn:
+                    row = await (await conn.execute(self.s.q["read_trigger"], {"id": inp.trigger_id})).fetchone()
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                row = None  # the store was dropped (teardown): end the workflow, do not retry forever
             if row is None:
                 return PollResult(fired=False, version=0, fire_at=None)
             version, type_, tenant, prio, fire_at, armed_at, state = row
