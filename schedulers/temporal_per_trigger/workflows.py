@@ -120,6 +120,7 @@ class TriggerWorkflow:
                 except asyncio.TimeoutError:
                     pass
                 continue
+            polled_version = self.version
             result: PollResult = await workflow.execute_activity(
                 POLL_ACTIVITY,
                 PollInput(inp.trigger_id, self.version),
@@ -135,10 +136,11 @@ class TriggerWorkflow:
             )
             if result.version == 0:
                 break  # the row is gone (the store was dropped): nothing left to fire
-            if result.version >= self.version:
-                # The row is the truth for this version or a newer one (a commit, or an arm
-                # whose signal is still on its way); a newer signal that arrived during the
-                # poll has already raised self.version and stays.
+            if result.version >= self.version or self.version == polled_version:
+                # The row is the truth (a commit, or an arm whose signal is still on its way; or,
+                # with no newer signal meanwhile, a store reset under a running workflow, which
+                # must not poll the same stale fire time forever). A newer signal that arrived
+                # during the poll has already raised self.version and stays.
                 self.version, self.fire_at = result.version, result.fire_at
         _count(cfg, "workflows_completed")
 

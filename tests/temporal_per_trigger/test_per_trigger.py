@@ -127,7 +127,7 @@ async def test_workflow_continues_as_new_and_keeps_firing(make_ctx):
 async def test_workflow_continues_as_new_when_the_server_suggests_it(tmp_path, pg_dsn, schema):
     # A second dev server whose history limit suggests Continue-As-New at 40 events; the
     # scheduler's own bound is out of reach, so only the server's suggestion can trigger it.
-    from bench.stack import TemporalDev, free_port
+    from harness.stack import TemporalDev, free_port
 
     dev = TemporalDev(home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 40})
     address, _ = await asyncio.to_thread(dev.start, free_port())  # its readiness probe runs its own loop
