@@ -270,7 +270,14 @@ class TemporalPerTriggerScheduler:
 
     async def _signal(self, trigger_id: str, sig: ArmSignal) -> None:
         """Signal-with-start: starts the trigger's workflow if none runs, else signals it. A
-        re-sent signal carries the same version, which the workflow ignores."""
+        re-sent signal carries the same version, which the workflow ignores.
+
+        A new workflow starts with its first workflow task delayed to the fire time (Temporal's
+        start delay is a durable timer too; the start signal does not cut it short), so arming
+        costs no workflow task and no timer until the first fire. A running workflow ignores the
+        delay, and a signal to a workflow still in its delay dispatches its first task at once,
+        so a move is never held back."""
+        delay_s = max(0.0, sig.fire_at - time.time())
         for attempt in range(5):
             try:
                 handle = await self.client.start_workflow(
@@ -280,6 +287,7 @@ class TemporalPerTriggerScheduler:
                     task_queue=self.task_queue,
                     start_signal=ARM_SIGNAL,
                     start_signal_args=[sig],
+                    start_delay=timedelta(seconds=delay_s) if delay_s > 0 else None,
                 )
                 break
             except RPCError:
