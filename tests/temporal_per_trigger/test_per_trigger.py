@@ -158,6 +158,29 @@ async def test_sandboxed_workflows_fire_too(make_ctx):
         await s.teardown(drop=True)
 
 
+async def test_setup_and_teardown_are_idempotent_and_teardown_ends_the_workflows(make_ctx):
+    s = TemporalPerTriggerScheduler(make_ctx(TemporalPerTriggerScheduler), **FAST)
+    await s.setup()
+    await s.setup()
+    t0 = time.time()
+    timers = [Timer(f"idle-{i}", us(t0 + 3600 + i), tenant_id="t1") for i in range(3)]
+    await s.arm(timers)
+    armed = sorted((t.id, t.fire_at, t.tenant_id) for t in await s.export_armed())
+    assert armed == [(t.id, t.fire_at, "t1") for t in timers], armed
+    await s.teardown(drop=True)
+    await s.teardown(drop=True)
+    assert s.left_running == 0
+    probe = TemporalPerTriggerScheduler(make_ctx(TemporalPerTriggerScheduler), **FAST)
+    await probe.setup()  # the same schema and workflow ids
+    try:
+        statuses = {(await probe.client.get_workflow_handle(probe.workflow_id(t.id)).describe()).status.name
+                    for t in timers}  # describe reads the execution itself, not eventual visibility
+        assert statuses == {"TERMINATED"}, statuses
+        assert await probe.export_armed() == []
+    finally:
+        await probe.teardown(drop=True)
+
+
 @dataclass
 class Gated(Rearming):
     """The first fire of each id waits for ``gate``; it then asks for a re-arm ``every_s`` later."""
