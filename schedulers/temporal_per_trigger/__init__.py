@@ -224,8 +224,11 @@ class TemporalPerTriggerScheduler:
         return skipped
 
     def relations(self) -> list[str]:
+        # temporal_costs is left out: it is the gauges' own table (a row per process, written
+        # about once a second), and counting it would add its writes to the design's per-fire
+        # figures (at 4 fires/s, +0.25 updates a fire). WAL is server-wide and still counts it.
         s = self.ctx.schema
-        return [qualified(s, t) for t in ("trigger", "trigger_state", "effects", "temporal_costs")]
+        return [qualified(s, t) for t in ("trigger", "trigger_state", "effects")]
 
     # -- arming --------------------------------------------------------------------------------
 
