@@ -77,12 +77,12 @@ class TemporalPerTriggerScheduler:
         # cache eviction re-runs at most that many iterations.
         "lease_s": 30.0,  # poll activity heartbeat timeout, seconds: a dead worker's poll comes back after it
         "retry_initial_s": 0.5,  # first retry of an interrupted poll activity, seconds
-        "dispatch_allowance_s": 60.0,  # seconds Temporal may take to dispatch a due fire (timer,
+        "dispatch_allowance_s": 90.0,  # seconds Temporal may take to dispatch a due fire (timer,
         # workflow task, activity, processor): the declared lag bound, since nothing batches. A
         # real cluster takes well under a second; the embedded dev server (one SQLite writer,
-        # ~6 writes a fire, 2 shared cores) took 15-22 s after arm() returned to fire a burst of
-        # 400 new triggers at load 6-9, and the bound must hold there too (the conformance
-        # suite checks it). 60 s keeps a factor of ~3 for busier moments.
+        # ~10 persistence requests a new trigger, 2 cores shared with other agents) fired a
+        # burst of 400 new triggers 15-22 s after arm() returned at load 6-9 and 45-50 s after
+        # at load 13, and the bound must hold there too (the conformance suite checks it).
         "arm_concurrency": 16,  # signal-with-start calls in flight per arm(); more only made the
         # dev server time out creates it had started (measured at 64)
         "max_concurrent_activities": 500,  # poll activities per worker (each holds one fire)
