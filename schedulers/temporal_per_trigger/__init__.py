@@ -51,7 +51,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_per_trigger import costs
 from schedulers.temporal_per_trigger.workflows import (
@@ -236,41 +236,14 @@ class TemporalPerTriggerScheduler:
         if not timers:
             return
         assert self.client is not None, "call setup() first"
-        now = us(time.time())
-        latest: dict[str, Timer] = {}
-        for t in timers:  # one row can take one new fire time per statement: the last wins
-            latest[t.id] = t
-        ts = list(latest.values())
-        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
-        async with self.pool.connection() as conn:
-            async with conn.transaction():
-                cur = await conn.execute(
-                    self.q["arm_upsert"],
-                    {
-                        "ids": [t.id for t in ts],
-                        "types": [t.type for t in ts],
-                        "tenants": [t.tenant_id for t in ts],
-                        "priorities": [t.priority for t in ts],
-                        "fire_ats": fire_ats,
-                        "armed_at": now,
-                    },
-                )
-                rows = await cur.fetchall()
-                new = [tid for tid, _, inserted in rows if inserted]
-                if new:
-                    size = self.ctx.state_bytes
-                    await conn.execute(
-                        self.q["state_insert"],
-                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
-                    )
-        version = {tid: v for tid, v, _ in rows}
+        armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
         gate = asyncio.Semaphore(int(self.options["arm_concurrency"]))
 
-        async def one(tid: str, fire_at: float) -> None:
+        async def one(tid: str, fire_at: float, version: int) -> None:
             async with gate:
-                await self._signal(tid, ArmSignal(fire_at, version[tid]))
+                await self._signal(tid, ArmSignal(fire_at, version))
 
-        await asyncio.gather(*(one(t.id, f) for t, f in zip(ts, fire_ats)))
+        await asyncio.gather(*(one(t.id, f, v) for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)))
 
     async def _signal(self, trigger_id: str, sig: ArmSignal) -> None:
         """Signal-with-start: starts the trigger's workflow if none runs, else signals it. A
