@@ -151,14 +151,21 @@ class TemporalPerTriggerScheduler:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def setup(self) -> None:
+        created = self.pool is None
+        await self._connect()
+        if created:
+            async with self.pool.connection() as conn:
+                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+
+    async def _connect(self) -> None:
+        """The pool and the Temporal client, without touching the schema: enough to arm, read and
+        disarm on a store that exists (migration reconcile opens stores this way)."""
         if not self.ctx.dsn or not self.ctx.temporal_address:
             raise ValueError("temporal_per_trigger needs both a Postgres DSN and a Temporal address")
         if self.pool is None:
             self.pool = await open_pool(
                 self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name="timerbench-temporal-per-trigger"
             )
-            async with self.pool.connection() as conn:
-                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
         if self.client is None:
             self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
 
@@ -235,15 +242,44 @@ class TemporalPerTriggerScheduler:
     async def arm(self, timers: Sequence[Timer]) -> None:
         if not timers:
             return
-        assert self.client is not None, "call setup() first"
+        await self._connect()
         armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
+        sigs = [(t.id, ArmSignal(f, v)) for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)]
+        await self._signal_all(sigs, mark_held=True)
+
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only (there is no cancel): ``disarm`` in queries.sql, then a signal
+        to each workflow, so it ends now instead of at its next fire time. Signal-with-start, as
+        arm() does: a plain signal does not cut a new workflow's start delay short (measured on
+        the dev server), and a workflow started for it ends at once."""
+        if not ids:
+            return 0
+        await self._connect()
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(self.q["disarm"], {"ids": list(ids)})).fetchall()
+        await self._signal_all([(tid, ArmSignal(None, version)) for tid, version in rows], mark_held=False)
+        return len(rows)
+
+    async def _signal_all(self, sigs: list[tuple[str, ArmSignal]], mark_held: bool) -> None:
+        """Signal every trigger's workflow, ``arm_concurrency`` at a time; with ``mark_held``,
+        then record the versions the workflows now hold, also when some signals failed (their
+        error is raised after)."""
         gate = asyncio.Semaphore(int(self.options["arm_concurrency"]))
 
-        async def one(tid: str, fire_at: float, version: int) -> None:
+        async def one(tid: str, sig: ArmSignal) -> None:
             async with gate:
-                await self._signal(tid, ArmSignal(fire_at, version))
+                await self._signal(tid, sig)
 
-        await asyncio.gather(*(one(t.id, f, v) for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)))
+        results = await asyncio.gather(*(one(tid, sig) for tid, sig in sigs), return_exceptions=True)
+        held = [(tid, sig.version) for (tid, sig), r in zip(sigs, results) if r is None]
+        if held and mark_held:
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    self.q["mark_held"], {"ids": [h[0] for h in held], "versions": [h[1] for h in held]}
+                )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
 
     async def _signal(self, trigger_id: str, sig: ArmSignal) -> None:
         """Signal-with-start: starts the trigger's workflow if none runs, else signals it. A
@@ -254,7 +290,7 @@ class TemporalPerTriggerScheduler:
         costs no workflow task and no timer until the first fire. A running workflow ignores the
         delay, and a signal to a workflow still in its delay dispatches its first task at once,
         so a move is never held back."""
-        delay_s = max(0.0, sig.fire_at - time.time())
+        delay_s = max(0.0, sig.fire_at - time.time()) if sig.fire_at is not None else 0.0
         for attempt in range(5):
             try:
                 handle = await self.client.start_workflow(
@@ -367,6 +403,7 @@ class TemporalPerTriggerScheduler:
                 raise
 
     async def stats(self) -> dict[str, float]:
+        await self._connect()
         with contextlib.suppress(Exception):
             await self.flush_costs()  # this process's counts up to now, then every process's sums
         async with self.pool.connection() as conn:
@@ -393,6 +430,9 @@ class TemporalPerTriggerScheduler:
         return out
 
     async def export_armed(self) -> list[Timer]:
+        """Rows with a fire time whose workflow holds that version (``export_armed`` in
+        queries.sql): an arm whose signal was lost is in the table but will not fire."""
+        await self._connect()
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(self.q["export_armed"])).fetchall()
         return [Timer(tid, us(fire_at), type_, tenant, prio) for tid, fire_at, type_, tenant, prio in rows]

@@ -14,6 +14,13 @@ SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.versio
     type = EXCLUDED.type, tenant_id = EXCLUDED.tenant_id, priority = EXCLUDED.priority
 RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
 
+-- name: mark_held
+-- After arm()'s signals were accepted: the workflows hold these versions (never lowered, a
+-- newer arm or commit may have raced ahead).
+UPDATE {schema}.trigger t SET held_version = greatest(t.held_version, h.version)
+FROM unnest(%(ids)s::text[], %(versions)s::bigint[]) AS h(id, version)
+WHERE t.id = h.id;
+
 -- name: state_insert
 -- Initial poll state for triggers the arm just created.
 INSERT INTO {schema}.trigger_state (id, state)
@@ -46,7 +53,8 @@ UPDATE {schema}.trigger_state SET state = %(state)b WHERE id = %(id)s;
 -- the version that fired: if the trigger was moved while the poll was in flight, nothing is
 -- written and the move stands (promise 4).
 UPDATE {schema}.trigger
-SET fire_at = to_timestamp(%(next_fire_at)s), armed_at = to_timestamp(%(now)s), version = version + 1
+SET fire_at = to_timestamp(%(next_fire_at)s), armed_at = to_timestamp(%(now)s), version = version + 1,
+    held_version = version + 1
 WHERE id = %(id)s AND version = %(version)s
 RETURNING version, extract(epoch FROM fire_at)::float8 AS fire_at, extract(epoch FROM armed_at)::float8 AS armed_at;
 
@@ -78,6 +86,16 @@ FROM {schema}.temporal_costs;
 SELECT id FROM {schema}.trigger WHERE fire_at IS NOT NULL;
 
 -- name: export_armed
--- Migration backfill only; never on the dispatch path.
+-- Migration backfill and reconcile only; never on the dispatch path. What will fire: rows with a
+-- fire time whose workflow holds that version (an arm whose signal was lost is not armed).
 SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority
-FROM {schema}.trigger WHERE fire_at IS NOT NULL;
+FROM {schema}.trigger WHERE fire_at IS NOT NULL AND held_version = version;
+
+-- name: disarm
+-- Migration reconcile --repair only (a timer the source store does not have); this design has
+-- no cancel (as temporal_shards, seeds/003). The version fence used as one: the row loses its
+-- fire time and its version moves on, so the workflow's next poll fires nothing and ends it, and
+-- a poll in flight commits nothing. disarm() also signals the workflows so they end at once.
+UPDATE {schema}.trigger SET fire_at = NULL, version = version + 1
+WHERE id = ANY(%(ids)s::text[]) AND fire_at IS NOT NULL
+RETURNING id, version;

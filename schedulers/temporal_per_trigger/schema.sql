@@ -7,17 +7,21 @@
 -- One narrow row per trigger; the primary key is its only index, so every commit is a HOT
 -- candidate. fire_at is the armed fire time (NULL: finished). version bumps on every arm and
 -- every commit: the workflow fires only the version it was told about, so an older fire time of
--- a moved trigger can never poll (promise 4). No owner or lease column: the workflow id is the
--- trigger's lock (Temporal runs one execution per id, and it runs one poll at a time), and the
--- poll activity's heartbeat timeout is the lease.
+-- a moved trigger can never poll (promise 4). held_version is the newest version the trigger's
+-- workflow is known to hold (its arm signal was accepted, or its own poll committed it): a row
+-- whose signal was lost is armed in the table but not in Temporal, and export_armed must not
+-- call it armed. No owner or lease column: the workflow id is the trigger's lock (Temporal runs
+-- one execution per id, and it runs one poll at a time), and the poll activity's heartbeat
+-- timeout is the lease.
 CREATE TABLE IF NOT EXISTS {schema}.trigger (
-    id        text PRIMARY KEY,
-    type      text NOT NULL,
-    tenant_id text NOT NULL,
-    priority  integer NOT NULL DEFAULT 0,
-    fire_at   timestamptz,
-    armed_at  timestamptz NOT NULL,
-    version   bigint NOT NULL DEFAULT 1
+    id           text PRIMARY KEY,
+    type         text NOT NULL,
+    tenant_id    text NOT NULL,
+    priority     integer NOT NULL DEFAULT 0,
+    fire_at      timestamptz,
+    armed_at     timestamptz NOT NULL,
+    version      bigint NOT NULL DEFAULT 1,
+    held_version bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);
 
 -- name: state_table

@@ -55,8 +55,9 @@ class TriggerInput:
 
 @dataclass
 class ArmSignal:
-    fire_at: float  # the arm's fire time (fire_at=None was resolved to the arm time by arm())
-    version: int  # the row's version after the arm
+    fire_at: float | None  # the arm's fire time (arm() resolves fire_at=None to the arm time);
+    # None only from disarm(): the trigger is finished
+    version: int  # the row's version after the arm (or the disarm)
 
 
 @dataclass

@@ -181,6 +181,36 @@ async def test_setup_and_teardown_are_idempotent_and_teardown_ends_the_workflows
         await probe.teardown(drop=True)
 
 
+async def test_export_leaves_out_an_arm_whose_signal_never_reached_temporal(make_ctx):
+    # arm() writes the row, then signals. A row written without its signal (Temporal down at
+    # that moment) has no workflow to fire it: migration reconcile must not count it as armed.
+    from schedulers.pg import upsert_armed
+
+    s = await started(make_ctx(TemporalPerTriggerScheduler))
+    runner = Runner(s)
+    try:
+        t0 = us(time.time())
+        await s.arm([Timer("signalled", t0 + 3600)])
+        await upsert_armed(s.pool, s.q, [Timer("row-only", t0 + 3600)], s.ctx.state_bytes)  # no signal
+        assert [t.id for t in await s.export_armed()] == ["signalled"]
+        await s.arm([Timer("row-only", t0 + 1800)])  # the repair: a real arm
+        assert sorted(t.id for t in await s.export_armed()) == ["row-only", "signalled"]
+        # disarm ends the workflow now (its signal), not an hour from now at its fire time
+        assert await s.disarm(["signalled", "never-armed"]) == 1
+        assert [(t.id, t.fire_at) for t in await s.export_armed()] == [("row-only", t0 + 1800)]
+        proc = Rearming(every_s=1.0, times=1)
+        runner.start(proc, "w1")
+        handle = s.client.get_workflow_handle(s.workflow_id("signalled"))
+        deadline = time.time() + s.capabilities.max_lag_s
+        while (await handle.describe()).status.name == "RUNNING" and time.time() < deadline:
+            await asyncio.sleep(0.2)
+        assert (await handle.describe()).status.name == "COMPLETED", "the disarmed trigger's workflow still runs"
+        assert proc.fires == [], f"a disarmed or far timer fired: {proc.fires}"
+    finally:
+        await runner.stop_all()
+        await s.teardown(drop=True)
+
+
 @dataclass
 class Gated(Rearming):
     """The first fire of each id waits for ``gate``; it then asks for a re-arm ``every_s`` later."""
