@@ -183,6 +183,7 @@ REGISTRY: dict[str, str] = {
     "pg_leased": "schedulers.pg_leased:PgLeasedScheduler",
     "pg_queue": "schedulers.pg_queue:PgQueueScheduler",
     "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
+    "temporal_per_trigger": "schedulers.temporal_per_trigger:TemporalPerTriggerScheduler",
 }
 
 

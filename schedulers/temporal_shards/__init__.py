@@ -43,7 +43,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, RunLoop, StoreContext, Timer, resolve_options, us
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
@@ -317,36 +317,10 @@ class TemporalShardsScheduler:
             return
         if self.pool is None or self.client is None:
             await self._connect()
-        now = us(time.time())
-        latest: dict[str, Timer] = {}
-        for t in timers:  # one row can take one new fire time per statement: the last wins
-            latest[t.id] = t
-        ts = list(latest.values())
-        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
-        async with self.pool.connection() as conn:
-            async with conn.transaction():
-                cur = await conn.execute(
-                    self.q["arm_upsert"],
-                    {
-                        "ids": [t.id for t in ts],
-                        "types": [t.type for t in ts],
-                        "tenants": [t.tenant_id for t in ts],
-                        "priorities": [t.priority for t in ts],
-                        "fire_ats": fire_ats,
-                        "armed_at": now,
-                    },
-                )
-                rows = await cur.fetchall()
-                new = [tid for tid, _, inserted in rows if inserted]
-                if new:
-                    size = self.ctx.state_bytes
-                    await conn.execute(
-                        self.q["state_insert"],
-                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
-                    )
-        version = {tid: v for tid, v, _ in rows}
+        armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
         entries = [
-            [t.id, f, version[t.id], now, t.type, t.tenant_id, t.priority] for t, f in zip(ts, fire_ats)
+            [t.id, f, v, armed.armed_at, t.type, t.tenant_id, t.priority]
+            for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)
         ]
         await self.send(entries, key=uuid.uuid4().hex)
 

@@ -41,9 +41,17 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
+# A design that cannot hold the smoke preset's 150 fires/s on the embedded stack runs this test
+# at a rate it holds; the test is about the run directory agreeing with its fires, not about
+# throughput. temporal_per_trigger costs the dev server a workflow iteration per fire (~6 SQLite
+# writes): 5-20 fires/s on 2 shared cores (seeds/003's argument, measured).
+SMOKE_RATE = {"temporal_per_trigger": "15/s"}
+
+
 @pytest.mark.parametrize("scheduler", sorted(REGISTRY))
 def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler, tmp_path):
-    res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(tmp_path), timeout=240)
+    rate = ["--rate", SMOKE_RATE[scheduler]] if scheduler in SMOKE_RATE else []
+    res = bench("run", "--scheduler", scheduler, *SHORT, *rate, "--out", str(tmp_path), timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert run_dir.name.endswith(f"-{scheduler}")
