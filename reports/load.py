@@ -268,3 +268,20 @@ def pick_baseline(runs: list[Run], baseline: str | None) -> int:
         return matches[0]
     choices = ", ".join(r.label for r in runs)
     raise ReportError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")
+
+
+def baseline_side(runs: list[Run], baseline: str) -> list[int]:
+    """Every run ``baseline`` names, for the regression gate's baseline side: a run directory, a
+    directory holding runs, a run's name or label, or a scheduler name (all its runs)."""
+    want = Path(baseline)
+    side = []
+    for i, r in enumerate(runs):
+        path = r.path.resolve()
+        if want.exists() and (want.resolve() == path or want.resolve() in path.parents):
+            side.append(i)
+        elif baseline in (r.name, r.label, r.scheduler):
+            side.append(i)
+    if not side:
+        choices = ", ".join(r.label for r in runs)
+        raise ReportError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")
+    return side

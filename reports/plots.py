@@ -239,3 +239,42 @@ def figure_number(key: str) -> int:
 def render_figures(runs: list[Run]) -> list[Figure]:
     return [Figure(key, title, caption, render(runs), number=i)
             for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
+
+
+def tenant_p99(runs: list[Run]) -> bytes:
+    """Per-tenant lag p99, tenants ordered by how many fires they had due (largest first): a fair
+    design is a flat line; a starved tenant is a spike, a never-delivered one a cross at the top."""
+    from reports.thresholds import run_scorecard
+
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    drawn = False
+    top = 1.0
+    cards = [(r, st, run_scorecard(r).tenants) for r, st in zip(runs, _styles(runs))]
+    for _, _, t in cards:
+        finite = t["p99_ms"][np.isfinite(t["p99_ms"])] if len(t) else []
+        if len(finite):
+            top = max(top, float(np.max(finite)))
+    for r, st, t in cards:
+        if len(t) == 0:
+            continue
+        rank = np.arange(1, len(t) + 1)
+        p99 = t["p99_ms"].to_numpy(float)
+        finite = np.isfinite(p99)
+        ax.plot(rank[finite], np.maximum(p99[finite], 0.1), marker="o", markersize=3, **st)
+        if (~finite).any():
+            ax.scatter(rank[~finite], np.full((~finite).sum(), top * 2), marker="x", color=st["color"], s=30)
+        drawn = True
+    if not drawn:
+        _no_data(ax, "no fires were due in the measured windows")
+    ax.set_yscale("log")
+    ax.set_xlabel("tenant, by fires due in the window (largest first)")
+    ax.set_ylabel("lag p99 (ms)")
+    ax.grid(True, which="both", alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+FIGURE_SPECS.append(
+    ("tenant_p99", "Lag p99 per tenant", "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A flat line is a fair design; a cross at the top is a tenant with a fire never delivered.", tenant_p99),
+)
