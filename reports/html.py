@@ -14,6 +14,7 @@ from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_bl
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
+from reports.capacity import section_capacity_html
 from reports.sweep import section_sweep_html
 from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
                             how_to_read_report, migration_lag_rows, run_checks, warning_lines)
@@ -260,6 +261,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_recommendation,  # reports/recommend.py: the answer first, its reasons below
     section_gate,  # only with --fail-on
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
+    section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
     section_summary,
     section_narrative,
     section_fairness,

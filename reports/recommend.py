@@ -104,6 +104,10 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
                          cost_name=cost_name, slo_text=slo_said)
     rec.not_measured = _not_measured(runs, cost_name)
     passing = sorted([v for v in verdicts if v.meets], key=lambda v: (v.cost if v.cost is not None else math.inf))
+    if len(runs) > 1 and len({r.scheduler for r in runs}) == 1:
+        rec.headline = (f"All {len(runs)} runs are of one design, {runs[0].scheduler}: nothing to choose between; "
+                        "the table says which met the SLO.")
+        return rec
     if len(runs) == 1:
         v = verdicts[0]
         rec.headline = (f"{v.run.label} {'meets' if v.meets else 'does not meet'} the SLO; one design was measured, "
