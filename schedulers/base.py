@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -343,6 +344,7 @@ class RunLoop:
     def __init__(self, inflight_batches: int = 1) -> None:
         self.slots = asyncio.Semaphore(inflight_batches)
         self.inflight: set[asyncio.Task] = set()
+        self.batch_errors = 0
         self._keepers: list[tuple[asyncio.Task, bool]] = []
 
     async def __aenter__(self) -> "RunLoop":
@@ -398,5 +400,10 @@ class RunLoop:
     async def _in_slot(self, process: Callable[..., Awaitable[Any]], args: tuple) -> None:
         try:
             await process(*args)
+        except Exception:
+            # Nobody awaits a batch task: say it failed here, or it vanishes as "Task exception
+            # was never retrieved". Its timers come back as the backend's claims lapse.
+            self.batch_errors += 1
+            logging.getLogger("timerbench.schedulers").exception("a batch failed; its claims will lapse")
         finally:
             self.slots.release()

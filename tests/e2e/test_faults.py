@@ -95,7 +95,7 @@ def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(bench, tmp
     assert_crash_was_redelivered(run_dir, s)
 
 
-def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lose_nothing(tmp_path, private_stack):
+def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lose_nothing(bench, tmp_path, private_stack):
     """At-least-once, shown where it costs: 5 s polls outlive pg_queue's 3 s stale-claim timeout
     (it has no heartbeat), so batches are claimed again while their first delivery still polls.
     Both deliveries find the same events and send the same webhooks (duplicate external
@@ -103,7 +103,7 @@ def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lo
     workload = tmp_path / "all-events.yaml"  # every poll finds events: every redelivery resends a webhook
     workload.write_text((Path(__file__).resolve().parents[2] / "loadgen/presets/smoke.yaml").read_text()
                         + "new_event_rate: 1.0\nerror_rate: 0.0\n")
-    run_dir, s = run_with_faults(tmp_path, private_stack, "pg_queue", "--workload", str(workload), "--opt",
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--workload", str(workload), "--opt",
                                  "stale_claim_s=3", "--fault", "slow-provider@3s:6s:5s")
     slow = by_kind(s)["slow-provider"]
     assert s["correct"] is True and s["outcomes"]["lost"] == 0 and s["lost_in_warmup"] == 0
