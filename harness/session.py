@@ -165,7 +165,7 @@ class RunSession:
     async def main(self) -> int:
         from loadgen.population import build
         from metrics.sampler import describe_postgres
-        from schedulers.base import StoreContext
+        from schedulers.base import StoreContext, with_expected_timers
 
         loop = asyncio.get_running_loop()
         self._install_sigint(loop)
@@ -191,6 +191,8 @@ class RunSession:
                 self.w.fill_concurrency()
             ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
                                state_bytes=self.w.state_bytes)
+            # a backend that sizes itself (temporal_shards' initial shard count) learns the population
+            self.options = with_expected_timers(getattr(self.cls, "default_options", {}), self.options, len(population))
             scheduler = self.make_scheduler(ctx)
             self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
             grace = self.w.grace_s

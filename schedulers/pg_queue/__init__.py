@@ -15,11 +15,18 @@ The table (``schema.sql``)
 The cycle, and its four writes per poll (seeds/003: "one insert, two updates, and one delete")
     Every ``tick_s`` (seeds/003: one second) a run loop takes one batch:
 
-    * **Write 1, UPDATE** ``claim_due``, its own autocommit transaction, before any polling:
-      select up to ``batch`` due rows (seeds/003: 800), oldest ``next_fire_at`` first, with
-      ``FOR UPDATE SKIP LOCKED``, and mark them claimed (``status``, ``claimed_by``,
-      ``claimed_at``, ``attempts``). ``claimed_by`` is indexed, so this update is never HOT.
-    * The processor of the timers' type polls (no write) and returns one outcome per fire.
+    * **Write 1, UPDATE** ``claim_due``, in the tick's transaction: select up to ``batch`` due
+      rows (seeds/003: 800), oldest ``next_fire_at`` first, with ``FOR UPDATE SKIP LOCKED``, and
+      mark them claimed (``status``, ``claimed_by``, ``claimed_at``, ``attempts``).
+      ``claimed_by`` is indexed, so this update is never HOT.
+    * The processor of the timers' type polls (no write) and returns one outcome per fire. With
+      ``claim_in_tick_tx`` (the default, as the seed's tick did it) the tick's transaction stays
+      open through this hand-off and commits once the processor has the outcomes: its xid holds
+      the vacuum horizon for as long as the tick takes (seeds/003: "Slower ticks held transactions
+      and snapshots open longer, delaying cleanup further", the feedback that made the doom loop a
+      loop), and the claimed rows stay locked, so an ``arm()`` moving one waits for the tick.
+      With ``claim_in_tick_tx`` off the claim commits on its own before any polling (a short
+      transaction: the improvement a team would try first).
 
     Then one transaction commits the poll:
 
@@ -63,7 +70,8 @@ Choices the seed does not state (what a typical first version does)
       next tick waits.
     * Cancelling ``run`` is a crash (see :mod:`schedulers.base`): in-flight batches are cancelled
       and their claims are left for the stale-claim timeout. Setting ``stop`` lets in-flight
-      batches commit.
+      batches commit. With ``claim_in_tick_tx`` a claim whose tick has not committed yet goes with
+      its connection, as when a real process dies mid-tick: those rows are claimable at once.
 """
 
 from __future__ import annotations
@@ -108,6 +116,9 @@ class PgQueueScheduler:
         "inflight_batches": 4,  # claimed batches polled concurrently per run loop
         "batch_time_s": 1.0,  # allowance to claim and hand over one batch, seconds (enters max_lag_s)
         "pool_size": 8,  # Postgres connections per scheduler instance
+        # True: the tick's transaction holds its claim (and the vacuum horizon) through the hand-off
+        # to the processor, as seeds/003's tick did; False: the claim commits alone first
+        "claim_in_tick_tx": True,
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.1, "stale_claim_s": 2.0, "batch": 50}
     needs_postgres = True
@@ -128,6 +139,7 @@ class PgQueueScheduler:
         self.inflight_batches = int(self.options["inflight_batches"])
         self.batch_time_s = float(self.options["batch_time_s"])
         self.pool_size = int(self.options["pool_size"])
+        self.claim_in_tick_tx = bool(self.options["claim_in_tick_tx"])
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + self.batch_time_s,
             per_tenant_fairness=False,
@@ -247,12 +259,30 @@ class PgQueueScheduler:
                     slots.release()
                     break
                 try:
+                    if self.claim_in_tick_tx:
+                        # The tick's transaction lives in its batch task (it commits after the
+                        # hand-off); the loop waits for its claim only. The task owns the slot.
+                        claimed: asyncio.Future = asyncio.get_running_loop().create_future()
+                        task = asyncio.create_task(
+                            self._tick_in_tx(pool, processors, owner, batch_no + 1, slots, claimed)
+                        )
+                        inflight.add(task)
+                        task.add_done_callback(inflight.discard)
+                        task.add_done_callback(self._note_error)
+                        fires = await claimed
+                        self.ticks += 1
+                        self.last_tick_at = time.time()
+                        if fires:
+                            batch_no += 1
+                        await self._sleep_out_tick(started, stop)
+                        continue
                     fires, claimed_at = await self._claim(pool, owner, batch_no)
                 except psycopg.OperationalError as exc:
                     # The server went away (a restart, a failover): the claim's statement either
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
-                    slots.release()
+                    if not self.claim_in_tick_tx:  # the tick's task gave its slot back
+                        slots.release()
                     self.claim_errors += 1
                     self.last_error = exc
                     try:
@@ -261,7 +291,8 @@ class PgQueueScheduler:
                         pass
                     continue
                 except BaseException:
-                    slots.release()
+                    if not self.claim_in_tick_tx:  # the tick's task gives its slot back itself
+                        slots.release()
                     raise
                 self.ticks += 1
                 self.last_tick_at = time.time()
@@ -273,13 +304,7 @@ class PgQueueScheduler:
                     task.add_done_callback(self._note_error)
                 else:
                     slots.release()
-                # One claim per tick, as the seed's scheduler: sleep out the rest of the tick.
-                wait_s = self.tick_s - (time.monotonic() - started)
-                if wait_s > 0:
-                    try:
-                        await asyncio.wait_for(stop.wait(), timeout=wait_s)
-                    except TimeoutError:
-                        pass
+                await self._sleep_out_tick(started, stop)
             if inflight:  # graceful stop: in-flight batches commit
                 await asyncio.gather(*inflight, return_exceptions=True)
         except asyncio.CancelledError:
@@ -288,6 +313,66 @@ class PgQueueScheduler:
             for task in inflight:
                 task.cancel()
             raise
+
+    async def _sleep_out_tick(self, started: float, stop: asyncio.Event) -> None:
+        """One claim per tick, as the seed's scheduler: sleep out the rest of the tick."""
+        wait_s = self.tick_s - (time.monotonic() - started)
+        if wait_s > 0:
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=wait_s)
+            except TimeoutError:
+                pass
+
+    async def _tick_in_tx(
+        self,
+        pool: AsyncConnectionPool,
+        processors: Mapping[str, Processor],
+        owner: str,
+        batch_no: int,
+        slots: asyncio.Semaphore,
+        claimed: asyncio.Future,
+    ) -> None:
+        """One tick as seeds/003's scheduler ran it (``claim_in_tick_tx``): claim in the tick's
+        transaction, hand the batch to the processor and commit the tick only once the processor
+        has the outcomes, then write the poll's results in the commit transaction. ``claimed``
+        gets the claimed fires (or the claim's error, which the run loop handles)."""
+        try:
+            async with pool.connection() as conn:
+                async with conn.transaction():
+                    fires, claimed_at = await self._claim_on(conn, owner, batch_no)
+                    claimed.set_result(fires)
+                    if not fires:
+                        return
+                    # The hand-off, inside the tick's transaction: its xid pins the vacuum
+                    # horizon and its row locks stay held until the processor has answered.
+                    polled = [(group, await self._poll(processors, type_, group))
+                              for type_, group in self._by_type(fires).items()]
+            # the claims are committed; the poll's writes follow in their own transaction
+            for group, (processor, outcomes) in polled:
+                delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+                processor.committed(group, delivered)
+        except BaseException as exc:
+            if not claimed.done():  # the claim itself failed: the tick's error, not a batch's
+                claimed.set_exception(exc)
+                return
+            raise
+        finally:
+            slots.release()
+
+    @staticmethod
+    def _by_type(fires: list[Fire]) -> dict[str, list[Fire]]:
+        by_type: dict[str, list[Fire]] = {}
+        for f in fires:
+            by_type.setdefault(f.type, []).append(f)
+        return by_type
+
+    @staticmethod
+    async def _poll(processors: Mapping[str, Processor], type_: str, group: list[Fire]) -> tuple[Processor, list[Outcome]]:
+        processor = processors[type_]
+        outcomes = list(await processor.process(group))
+        if len(outcomes) != len(group):
+            raise ValueError(f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires")
+        return processor, outcomes
 
     def _note_error(self, task: asyncio.Task) -> None:
         # A batch that failed keeps its claims until the stale-claim timeout (a first version
@@ -298,11 +383,14 @@ class PgQueueScheduler:
 
     async def _claim(self, pool: AsyncConnectionPool, owner: str, batch_no: int) -> tuple[list[Fire], Any]:
         async with pool.connection() as conn:  # autocommit: the claim commits on its own
-            cur = await conn.execute(
-                self.q["claim_due"],
-                {"owner": owner, "batch": self.batch, "stale_claim_s": self.stale_claim_s},
-            )
-            rows = await cur.fetchall()
+            return await self._claim_on(conn, owner, batch_no)
+
+    async def _claim_on(self, conn: psycopg.AsyncConnection, owner: str, batch_no: int) -> tuple[list[Fire], Any]:
+        cur = await conn.execute(
+            self.q["claim_due"],
+            {"owner": owner, "batch": self.batch, "stale_claim_s": self.stale_claim_s},
+        )
+        rows = await cur.fetchall()
         if not rows:
             return [], None
         claimed_at = rows[0][8]  # one statement, one now(): the same for the whole batch
@@ -323,16 +411,8 @@ class PgQueueScheduler:
         slots: asyncio.Semaphore,
     ) -> None:
         try:
-            by_type: dict[str, list[Fire]] = {}
-            for f in fires:
-                by_type.setdefault(f.type, []).append(f)
-            for type_, group in by_type.items():
-                processor = processors[type_]
-                outcomes = list(await processor.process(group))
-                if len(outcomes) != len(group):
-                    raise ValueError(
-                        f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires"
-                    )
+            for type_, group in self._by_type(fires).items():
+                processor, outcomes = await self._poll(processors, type_, group)
                 delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
                 processor.committed(group, delivered)
         finally:

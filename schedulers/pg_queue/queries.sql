@@ -29,8 +29,9 @@ ON CONFLICT (id) DO UPDATE SET
 -- name: claim_due
 -- Write 1 of 4 (UPDATE): the once-per-tick due-work query. Walks triggers_next_fire_at_idx from
 -- the oldest fire time, skips rows another runner has locked, takes up to `batch` rows that are
--- free or whose claim went stale, and marks them claimed. Runs as its own autocommit statement so
--- the claim is durable before any provider is polled.
+-- free or whose claim went stale, and marks them claimed. Runs first in the tick's transaction,
+-- which stays open until the processor has polled the batch (claim_in_tick_tx, as seeds/003's
+-- tick held it), or as its own autocommit statement (claim_in_tick_tx off).
 WITH due AS (
     SELECT id
     FROM {schema}.triggers

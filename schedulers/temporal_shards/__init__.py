@@ -6,10 +6,13 @@ Data flow:
   onto a consistent-hash ring with bounded loads (``ring.py``) and sends **one signal per shard
   per call** with signal-with-start, so a shard that does not exist yet is created.
 * Each shard (``workflows.ShardWorkflow``) holds a min-heap per timer type; due timers move to a
-  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: about
-  250) or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps
-  until the earliest fire time plus MaxLag. It continues as new, carrying the heap, when Temporal
-  suggests it or its history passes ``history_bound``.
+  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: 800)
+  or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps until
+  the earliest fire time plus MaxLag, so at a steady rate a shard flushes every ~MaxLag and its
+  batches hold about rate x MaxLag / shards timers (seeds/003: 200-250 at 556 fires/s); a full
+  batch closes only under a backlog. It continues as new, carrying the heap, when Temporal
+  suggests it or its history passes ``history_bound``; its Continue-As-New payload is measured
+  and a shard nearing Temporal's 2 MB limit splits (``workflows``).
 * The batch poller's activity (``activities.py``) claims the rows **by primary key** with a lease
   (only rows still at the version the shard fired: a moved timer's stale copy claims nothing),
   calls the processor, commits effects + changed state + the next fire time in one transaction,
@@ -17,6 +20,17 @@ Data flow:
 * Shards write their timer counts to a utilisation table; a controller workflow grows the shard
   count above 80 % average utilisation, targeting 60 %. Rebalancing is lazy: a timer moves when it
   re-arms, and an overloaded shard forwards its long-horizon timers.
+* The initial shard count (``shards`` 0, the default) is the count the controller would grow to
+  for ``expected_timers`` (a run sets it to its population's size): ceil(expected / (grow_target x
+  timer_cap)), so a run starts within the 5,000-timer cap instead of measuring a scale-out in
+  progress. ``shards=N`` starts with exactly N; with neither, 4.
+
+Where it follows seeds/003 and where an option departs (every default is the seed's):
+
+* ``batch`` 800 flushed at MaxLag (seeds/003); a smaller ``batch`` closes batches on size.
+* ``skip_unchanged_state`` off: every commit writes the poll state, as the seed measured (TOAST
+  writes up a third); on, the optimisation the seed lists as "next on the list".
+* ``payload_limit_bytes`` 2 MiB (Temporal's default blob limit) and ``split_payload_frac`` 0.5.
 
 Crash semantics: cancelling ``run()`` shuts its worker down without releasing claims; Temporal
 retries the interrupted batch activity (on failure, or after the heartbeat timeout ``lease_s``
@@ -28,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import time
@@ -42,7 +57,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
+from schedulers.base import EXPECTED_TIMERS, BatchSizes, Capabilities, Processor, StoreContext, Timer, us
 from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
@@ -51,6 +66,7 @@ from schedulers.temporal_shards.workflows import (
     CONTROLLER_WORKFLOW,
     E_ID,
     SHARD_WORKFLOW,
+    PAYLOAD_LIMIT_BYTES,
     ArmSignal,
     BatchPollerWorkflow,
     ControllerInput,
@@ -58,9 +74,24 @@ from schedulers.temporal_shards.workflows import (
     ShardConfig,
     ShardInput,
     ShardWorkflow,
+    chunk_bytes,
+    chunks,
+    timer_bytes,
 )
 
 HERE = Path(__file__).parent
+SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expected_timers is given
+
+
+def initial_shards(shards: int, expected_timers: int, timer_cap: int, grow_target: float) -> int:
+    """``shards`` when given (> 0); else the count the controller would grow to for
+    ``expected_timers`` timers: average utilisation ``grow_target`` of ``timer_cap`` (seeds/003:
+    60 % of 5,000); else :data:`SHARDS_WHEN_UNKNOWN`."""
+    if shards > 0:
+        return shards
+    if expected_timers > 0:
+        return max(1, math.ceil(expected_timers / (grow_target * timer_cap)))
+    return SHARDS_WHEN_UNKNOWN
 
 
 def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
@@ -84,9 +115,10 @@ class TemporalShardsScheduler:
     name = "temporal_shards"
     description = "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
     default_options: dict[str, Any] = {
-        "shards": 4,  # initial shard count; the controller grows it
+        "shards": 0,  # initial shard count; 0: sized for expected_timers (see initial_shards). The controller grows it
+        EXPECTED_TIMERS: 0,  # timers the run will arm (a run sets its population size); 0: unknown
         "eps": 0.25,  # bounded-load slack: a shard holds at most ceil((1 + eps) * m / n) timers
-        "batch": 250,  # timers per batch poller, default for every type (seeds/003: 200-250)
+        "batch": 800,  # timers per full batch, default for every type (seeds/003: full batches of 800)
         "max_lag_s": 10.0,  # seconds a due timer may wait for its batch (seeds/003: polling MaxLag)
         "types": "",  # per-type overrides "type=batch/max_lag_s,..." (seeds/003: callbacks differ)
         "timer_cap": 5000,  # timers per shard = 100 % utilisation (seeds/003: 5,000 for headroom)
@@ -104,6 +136,9 @@ class TemporalShardsScheduler:
         "max_concurrent_activities": 32,  # batch activities per worker
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
+        "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged (seeds/003: "next on the list")
+        "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (seeds/003: 2 MB)
+        "split_payload_frac": 0.5,  # a shard whose Continue-As-New payload passes this share of the limit splits
     }
     conformance_options: dict[str, Any] = {
         "shards": 2,
@@ -129,6 +164,16 @@ class TemporalShardsScheduler:
         self.ctx = ctx
         self.options = {**self.default_options, **options}
         o = self.options
+        if int(o["payload_limit_bytes"]) <= 0 or not 0 < float(o["split_payload_frac"]) <= 1:
+            raise ValueError(
+                "temporal_shards: payload_limit_bytes must be > 0 and split_payload_frac in (0, 1], got "
+                f"{o['payload_limit_bytes']} and {o['split_payload_frac']}"
+            )
+        # The resolved options carry the shard count the run starts with, so config.json says it
+        # and nodes given these options start the same ring.
+        o["shards"] = initial_shards(int(o["shards"]), int(o[EXPECTED_TIMERS]), int(o["timer_cap"]),
+                                     float(o["grow_target"]))
+        self.skip_unchanged_state = bool(o["skip_unchanged_state"])
         self.per_type = parse_types(o["types"])
         self.lease_s = float(o["lease_s"])
         self.eps = float(o["eps"])
@@ -148,6 +193,8 @@ class TemporalShardsScheduler:
             forward_horizon_s=float(o["forward_horizon_s"]),
             lease_s=self.lease_s,
             retry_initial_s=float(o["retry_initial_s"]),
+            payload_limit_bytes=int(o["payload_limit_bytes"]),
+            split_payload_frac=float(o["split_payload_frac"]),
         )
         max_lag = max([float(o["max_lag_s"])] + [v[1] for v in self.per_type.values()])
         self.capabilities = Capabilities(
@@ -163,6 +210,7 @@ class TemporalShardsScheduler:
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs
+        self.batch_sizes = BatchSizes()  # batches this process's batch activities received (first attempts)
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
@@ -279,11 +327,18 @@ class TemporalShardsScheduler:
         await self.send_to(placed, key)
 
     async def send_to(self, placed: Sequence[tuple[int, list]], key: str) -> None:
-        """One signal-with-start per shard, each with its own idempotency key."""
+        """One signal-with-start per shard, each with its own idempotency key; a shard's timers
+        that would make a signal over a quarter of the payload limit go in several signals."""
         by_shard: dict[int, list[list]] = {}
         for s, t in placed:
             by_shard.setdefault(s, []).append(t)
-        await asyncio.gather(*(self._signal(s, ts, f"{key}/{s}") for s, ts in by_shard.items()))
+        limit = chunk_bytes(int(self.options["payload_limit_bytes"]))
+        signals = []
+        for s, ts in by_shard.items():
+            pieces = chunks(ts, limit) if len(ts) * 64 > limit else [ts]  # under 64 B a timer never fills one
+            for i, piece in enumerate(pieces):
+                signals.append(self._signal(s, piece, f"{key}/{s}" if i == 0 else f"{key}/{s}.{i}"))
+        await asyncio.gather(*signals)
 
     async def _signal(self, shard: int, timers: list[list], key: str) -> None:
         assert self.client is not None, "call setup() first"
@@ -314,6 +369,7 @@ class TemporalShardsScheduler:
             latest[t.id] = t
         ts = list(latest.values())
         fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
+        self._refuse_oversized(ts)
         async with self.pool.connection() as conn:
             async with conn.transaction():
                 cur = await conn.execute(
@@ -340,6 +396,19 @@ class TemporalShardsScheduler:
             [t.id, f, version[t.id], now, t.type, t.tenant_id, t.priority] for t, f in zip(ts, fire_ats)
         ]
         await self.send(entries, key=uuid.uuid4().hex)
+
+    def _refuse_oversized(self, timers: Sequence[Timer]) -> None:
+        """A timer that alone would fill a quarter of the payload limit could never travel in a
+        signal or be carried across Continue-As-New safely: refuse the arm, before any write."""
+        limit = chunk_bytes(int(self.options["payload_limit_bytes"]))
+        for t in timers:
+            size = timer_bytes([t.id, 0.0, 0, 0.0, t.type, t.tenant_id, t.priority]) + 40  # times, version
+            if size > limit:
+                raise ValueError(
+                    f"temporal_shards: timer {t.id[:40]!r} encodes to ~{size} bytes, over the {limit}-byte share of "
+                    f"payload_limit_bytes={self.options['payload_limit_bytes']} one timer may take; shorten its id, "
+                    "type or tenant, or raise payload_limit_bytes"
+                )
 
     # -- the worker ----------------------------------------------------------------------------
 
@@ -428,13 +497,28 @@ class TemporalShardsScheduler:
         timers = [0] * n
         cans = 0
         max_can = 0
-        for shard, count, util, hist, can, last_can, max_can_h in rows:
+        payload = {"payload_bytes_max": 0, "max_payload_bytes": 0, "max_can_payload_bytes": 0, "splits": 0,
+                   "can_postponed": 0}
+        for (shard, count, util, hist, can, last_can, max_can_h, p_bytes, max_p_bytes, last_can_p, max_can_p,
+             splits, postponed) in rows:
             if shard < n:
                 timers[shard] = count
             out[f"shard_{shard}_timers"] = float(count)
             out[f"shard_{shard}_history"] = float(hist)
+            # the Continue-As-New payload: measured at the shard's last report, and the one its
+            # last Continue-As-New carried (a step in the samples at each Continue-As-New)
+            out[f"shard_{shard}_payload_bytes"] = float(p_bytes)
+            out[f"shard_{shard}_can_payload_bytes"] = float(last_can_p)
             cans += can
             max_can = max(max_can, max_can_h)
+            payload["payload_bytes_max"] = max(payload["payload_bytes_max"], p_bytes)  # largest now
+            payload["max_payload_bytes"] = max(payload["max_payload_bytes"], max_p_bytes)  # largest ever
+            payload["max_can_payload_bytes"] = max(payload["max_can_payload_bytes"], max_can_p)
+            payload["splits"] += splits
+            payload["can_postponed"] += postponed
+        out.update({k: float(v) for k, v in payload.items()})
+        out["payload_limit_bytes"] = float(self.options["payload_limit_bytes"])
+        out.update(self.batch_sizes.gauges())
         total = sum(timers)
         cap = int(self.options["timer_cap"])
         out["timers"] = float(total)
