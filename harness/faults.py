@@ -12,10 +12,11 @@ SPEC forms (offsets count from the run's start, ``arm_start``; durations as ``30
 ``pause-worker@30s:20s``
     SIGSTOP a node process, SIGCONT it 20 s later (needs ``--nodes``: a coroutine in this
     process cannot be paused without pausing the harness).
-``restart-postgres@60s``
+``restart-postgres@60s``, ``restart-postgres@60s:10s``
     Fast shutdown and restart of the embedded Postgres (refused when the run's DSN points at
-    any other server: the harness never restarts a server it does not own).
-``restart-temporal@60s``
+    any other server: the harness never restarts a server it does not own); with a second
+    value it stays down that long before it starts again (an outage, not only a restart).
+``restart-temporal@60s``, ``restart-temporal@60s:10s``
     The same for the embedded Temporal dev server (its SQLite file keeps the state).
 ``hold-snapshot@10s:120s``
     A separate session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ``, reads, and stays idle in
@@ -45,7 +46,7 @@ from harness.errors import UsageError
 REPLACEMENT_DELAY_S = 1.0  # a killed worker's replacement starts this long after the kill
 MID_BATCH_WAIT_S = 3.0  # a kill waits at most this long for a batch to be in flight
 
-ACCEPTED_FORMS = ("kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, restart-temporal@60s, "
+ACCEPTED_FORMS = ("kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s[:10s], restart-temporal@60s[:10s], "
                   "hold-snapshot@10s:120s, slow-provider@30s:60s:5s")
 
 # kind -> names of the values after "@", in order
@@ -58,6 +59,12 @@ KINDS: dict[str, tuple[str, ...]] = {
     "slow-provider": ("at_s", "duration_s", "latency_s"),
 }
 
+# kind -> names of values that may follow the required ones
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "restart-postgres": ("down_s",),
+    "restart-temporal": ("down_s",),
+}
+
 _SPEC = re.compile(r"^([a-z-]+)@(.+)$")
 
 
@@ -68,6 +75,7 @@ class FaultSpec:
     at_s: float  # offset from the run's start, seconds
     duration_s: float | None = None
     latency_s: float | None = None
+    down_s: float | None = None  # restart-*: how long the server stays down before it starts again
 
 
 def parse(text: str) -> FaultSpec:
@@ -85,11 +93,14 @@ def parse(text: str) -> FaultSpec:
     if kind not in KINDS:
         raise bad(f"unknown fault {kind!r}")
     names = KINDS[kind]
+    optional = OPTIONAL.get(kind, ())
     parts = rest.split(":")
-    if len(parts) != len(names):
-        raise bad(f"{kind} takes {len(names)} value(s) after '@' ({', '.join(n[:-2] for n in names)}), got {len(parts)}")
+    if not len(names) <= len(parts) <= len(names) + len(optional):
+        counts = f"{len(names)}" + (f" or {len(names) + len(optional)}" if optional else "")
+        raise bad(f"{kind} takes {counts} value(s) after '@' ({', '.join(n[:-2] for n in names + optional)}), "
+                  f"got {len(parts)}")
     values: dict[str, float] = {}
-    for name, raw in zip(names, parts):
+    for name, raw in zip(names + optional, parts):
         try:
             v = parse_duration(raw)
         except ValueError:
@@ -135,11 +146,13 @@ def embedded_temporal(address: str | None):
     return None
 
 
-def check(specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | None, nodes: int | None) -> None:
-    """Refuse faults this run cannot inject (one line each, exit 2)."""
+def check(specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | None, nodes: int | None,
+          can_pause: bool = False) -> None:
+    """Refuse faults this run cannot inject (one line each, exit 2). ``can_pause``: the run's
+    workers can pause one of theirs in process (a migration rehearsal stalls the shadow's)."""
     multi = bool(nodes) and int(nodes) > 0
     for s in specs:
-        if s.kind == "pause-worker" and not multi:
+        if s.kind == "pause-worker" and not (multi or can_pause):
             raise UsageError(f"--fault {s.text}: an in-process worker cannot be paused; run with --nodes N "
                              f"(separate node processes) to pause one")
         if s.kind == "slow-provider" and multi:
@@ -266,7 +279,7 @@ class FaultInjector:
         if pg is None:
             raise RuntimeError("the embedded Postgres is not running")
         self._begin(span)
-        await asyncio.to_thread(pg.restart)  # pg_ctl -m fast stop, then start on the same port
+        await self._down(pg, span, done)  # pg_ctl -m fast stop, then start on the same port
         span["end"] = time.time()
         span["note"] = f"fast shutdown + restart of the embedded Postgres ({span['end'] - span['start']:.1f} s down)"
 
@@ -275,9 +288,20 @@ class FaultInjector:
         if t is None:
             raise RuntimeError("the embedded Temporal dev server is not running")
         self._begin(span)
-        await asyncio.to_thread(t.restart)  # SIGTERM, then start on the same port and SQLite file
+        await self._down(t, span, done)  # SIGTERM, then start on the same port and SQLite file
         span["end"] = time.time()
         span["note"] = f"restart of the embedded Temporal dev server ({span['end'] - span['start']:.1f} s until ready)"
+
+    async def _down(self, server, span: dict[str, Any], done: asyncio.Event) -> None:
+        """Restart ``server``; with ``down_s``, it stays stopped that long first."""
+        down_s = span.get("down_s")
+        if not down_s:
+            await asyncio.to_thread(server.restart)
+            return
+        port = server.port()
+        await asyncio.to_thread(server.stop)
+        await asyncio.sleep(down_s)  # the server comes back even if the run ends meanwhile
+        await asyncio.to_thread(server.start, port)
 
     async def _hold_snapshot(self, span: dict[str, Any], done: asyncio.Event) -> None:
         import psycopg
@@ -324,8 +348,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         rec = f.get("time_to_recover_s")
         peak = f.get("lag_peak_ms")
         out.append(
-            f"fault {f['spec']} at {f['start_s']:.1f}-{f['end_s']:.1f} s: missed {f['missed']}, duplicate fires "
-            f"{f['duplicate_fires']}, duplicate effects {f['duplicate_effects']}, "
+            f"fault {f['spec']} at {f['start_s']:.1f}-{f['end_s']:.1f} s: lost {f['lost']}, pending {f['pending']}, "
+            f"duplicate fires {f['duplicate_fires']}, duplicate keyed effects {f['duplicate_effects']}, "
+            f"duplicate external effects {f['duplicate_external_effects']}, "
             f"recovered {'never' if rec is None else f'{rec:.1f} s after it ended'}, "
             f"lag peak {'-' if peak is None else f'{peak:,.0f} ms'}"
         )

@@ -29,7 +29,7 @@ from harness.errors import UsageError
 
 # the workload overrides every command that runs a workload may take (names as click passes them)
 WORKLOAD_OVERRIDES = ("rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration", "warmup",
-                      "seed", "trace")
+                      "seed", "trace", "cadence", "on_time", "drain_limit")
 
 # What one trigger costs a run in this process: measured ~125 B for a synthetic population and
 # ~80 B for the polling processor's bookkeeping and index (500k triggers, Python 3.11); a trace's
@@ -268,3 +268,18 @@ def check_run(scheduler_name: str, workload_spec: str | None, overrides: Mapping
         check_memory(w, w.triggers, processes=1 + nodes)
     fault_specs = parse_faults(faults)
     return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, fault_specs)
+
+
+def load_plan(steps: str | None, plan_file: str | None, run_s: float) -> list:
+    """A rehearsal's steps (:mod:`migration.plan`) from ``--steps`` or ``--plan``, checked against
+    the run's length (``run_s``: warm-up plus measured window)."""
+    from loadgen.rates import parse_duration
+    from migration import plan
+
+    try:
+        steps_ = (plan.load_plan(plan_file, parse_duration) if plan_file
+                  else plan.parse_steps(steps or plan.DEFAULT_STEPS, parse_duration))
+        plan.schedule(steps_, run_s)
+    except plan.PlanError as exc:
+        raise UsageError(str(exc)) from None
+    return steps_

@@ -3,10 +3,11 @@
 Rows are long format (``t, elapsed_s, scope, metric, value``; see :mod:`metrics.rundir`).
 
 Run-wide (scope ``run``): ``fires_per_s`` (fires received since the last sample), ``claims_per_s``
-(timers claimed per second: the backend's ``claimed_timers`` gauge when it has one, else the
-timers delivered to the processor, redeliveries included, since every claimed timer reaches it;
-the backends' own ``claims`` gauges are not used because they count different things: timers in
-memory and pg_queue, claim statements in pg_leased), ``lag_p50_ms`` / ``lag_p99_ms`` over the fires of the last interval,
+(timers claimed per second, from the ``claimed_timers`` count every backend keeps, see
+``schedulers/base.py``: re-claims after a lapsed lease count, so redelivery shows as claims above
+fires; summed over nodes with ``--nodes``), ``lag_p50_ms`` / ``lag_p99_ms`` over the fires of the
+last interval (a live view from an HDR histogram, where an early fire counts as 0 ms; the
+summary's lag is exact and counts early fires),
 ``wal_bytes`` (cumulative since the run started; server-wide, so other databases' writes count
 too), ``oldest_xact_age_s`` (server-wide), and every ``stats()`` gauge as ``backend.<name>``.
 
@@ -33,7 +34,7 @@ import asyncio
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 
@@ -46,7 +47,6 @@ from schedulers.sqlfile import load_blocks
 SQL = load_blocks(Path(__file__).with_name("sampler.sql"))
 SAMPLE_EVERY_S = 1.0
 SEGMENT_EVERY_SAMPLES = 5  # a samples segment closes every 5 samples: what a SIGKILL costs of them
-CLAIMED = "claimed_timers"  # the gauge name a backend may expose: timers claimed, cumulative
 STATS_TIMEOUT_S = 2.0  # a stats() or catalogue query slower than this skips one sample
 PG_SETTINGS = [
     "shared_buffers", "max_wal_size", "min_wal_size", "checkpoint_timeout", "track_io_timing",
@@ -69,7 +69,8 @@ async def describe_postgres(dsn: str) -> dict[str, Any]:
 
 
 class Sampler:
-    def __init__(self, scheduler: Any, recorder: FireRecorder, dsn: str | None, run_dir: Path) -> None:
+    def __init__(self, scheduler: Any, recorder: FireRecorder, dsn: str | None, run_dir: Path,
+                 claimed: Callable[[], int] | None = None) -> None:
         self.scheduler = scheduler
         self.recorder = recorder
         self.dsn = dsn if getattr(type(scheduler), "needs_postgres", False) or dsn else None
@@ -86,6 +87,8 @@ class Sampler:
         self._wal0: float | None = None
         self._last_t = self.start
         self._last_rows = recorder.rows
+        # timers claimed so far (the workers' schedulers); by default the scheduler's own count
+        self._claimed = claimed or (lambda: int(getattr(scheduler, "claimed_timers")))
         self._last_claims: float | None = None
         self.errors = 0
         self.last_error: str | None = None
@@ -96,9 +99,7 @@ class Sampler:
             await self._connect()
             await self._resolve()
             await self._pg_sample(baseline=True)
-        stats = await self._backend_stats()
-        if CLAIMED in stats:
-            self._last_claims = stats[CLAIMED]
+        self._last_claims = self._claims()
         self.start = self._last_t = time.time()
         self._last_rows = self.recorder.rows
 
@@ -128,6 +129,13 @@ class Sampler:
         except Exception as exc:  # a slow or failing gauge costs one sample, not the run
             self._note_error(exc)
             return {}
+
+    def _claims(self) -> float | None:
+        try:
+            return float(self._claimed())
+        except Exception as exc:  # a backend without the count (schedulers/base.py asks for it)
+            self._note_error(exc)
+            return None
 
     def _note_error(self, exc: BaseException) -> None:
         self.errors += 1
@@ -185,12 +193,10 @@ class Sampler:
         pct = percentiles_ms(rec.interval, (50.0, 99.0))
         reset(rec.interval)
         stats = await self._backend_stats()
-        if CLAIMED in stats and self._last_claims is not None:
-            self._add(t, "run", "claims_per_s", (stats[CLAIMED] - self._last_claims) / dt)
-        else:
-            self._add(t, "run", "claims_per_s", fires / dt)
-        if CLAIMED in stats:
-            self._last_claims = stats[CLAIMED]
+        claims = self._claims()
+        if claims is not None and self._last_claims is not None:
+            self._add(t, "run", "claims_per_s", (claims - self._last_claims) / dt)
+        self._last_claims = claims
         self._add(t, "run", "lag_p50_ms", math.nan if pct["p50"] is None else pct["p50"])
         self._add(t, "run", "lag_p99_ms", math.nan if pct["p99"] is None else pct["p99"])
         for name, value in stats.items():
@@ -238,19 +244,30 @@ class Sampler:
             await asyncio.to_thread(self._write, taken)
 
     async def loop(self, stop: asyncio.Event) -> None:
-        """Sample every second until ``stop``; close a segment every ``SEGMENT_EVERY_SAMPLES``."""
+        """Sample every second until ``stop``; close a segment every ``SEGMENT_EVERY_SAMPLES``,
+        written in the background. Awaiting the write stopped the sampling: on a busy machine it
+        took 2-7 s, a hole in every run's samples. One write at a time (a segment whose turn comes
+        while the last one is still being written keeps its rows for the next turn), and the last
+        one has finished when this returns."""
         n = 0
+        saving: asyncio.Task | None = None
         next_t = time.time() + SAMPLE_EVERY_S
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), max(0.0, next_t - time.time()))
-                break
-            except TimeoutError:
-                pass
-            next_t += SAMPLE_EVERY_S
-            if next_t < time.time():
-                next_t = time.time() + SAMPLE_EVERY_S  # fell behind: skip, do not burst
-            await self.sample()
-            n += 1
-            if n % SEGMENT_EVERY_SAMPLES == 0:
-                await self.save_async()
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), max(0.0, next_t - time.time()))
+                    break
+                except TimeoutError:
+                    pass
+                next_t += SAMPLE_EVERY_S
+                if next_t < time.time():
+                    next_t = time.time() + SAMPLE_EVERY_S  # fell behind: skip, do not burst
+                await self.sample()
+                n += 1
+                if n % SEGMENT_EVERY_SAMPLES == 0 and (saving is None or saving.done()):
+                    saving = asyncio.create_task(self.save_async())
+        finally:
+            if saving is not None:
+                (result,) = await asyncio.gather(saving, return_exceptions=True)
+                if isinstance(result, Exception):
+                    self._note_error(result)

@@ -14,7 +14,8 @@ from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
 from reports.sweep import section_sweep_html
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
+from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
+                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -22,6 +23,7 @@ main{max-width:1320px;margin:0 auto;padding:24px 32px 64px}
 h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:36px 0 10px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 .meta{color:#555;font-size:13px}
+.howto{max-width:980px;margin:6px 0 10px}
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0}
 th,td{border:1px solid #e1e1e1;padding:4px 9px;text-align:right;vertical-align:top}
 th{background:#f3f3f3} td.k,th.k{text-align:left;white-space:nowrap}
@@ -71,7 +73,7 @@ def section_checks(report: Report) -> str:
     if not report.runs and not report.failures:
         return '<section id="checks-section"><h2>Checks</h2><div class="warnbox">No runs to report.</div></section>'
     rows = []
-    names = ["complete", "rate held", "no missed fires", "no duplicate effects"]
+    names = ["complete", "rate held", "steady state", "no lost fires", "no duplicate keyed effects"]
     per_run = [run_checks(r) for r in report.runs]
     extra = sorted({c.name for checks in per_run for c in checks} - set(names))
     for name in names + extra:
@@ -140,12 +142,10 @@ def section_summary(report: Report) -> str:
             cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
                          f'data-value="{escape(str(value))}">{escape(c.text)}{ratio}</td>')
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
-    legend = ("★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value). "
-              "Ratios are each run's figure over the baseline's. — : does not apply (memory has no Postgres tables). "
-              "Lag and rates cover the measured window only; warm-up is excluded. "
-              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
-    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2><table id="summary">{_run_headers(report, "figure")}'
-            + "".join(rows) + f'</table><p class="meta">{escape(legend)}</p></section>')
+    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2>'
+            + "".join(f'<p class="howto">{escape(text)}</p>' for text in how_to_read_report(report.runs))
+            + f'<table id="summary">{_run_headers(report, "figure")}'
+            + "".join(rows) + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p></section>')
 
 
 def section_narrative(report: Report) -> str:
@@ -209,6 +209,11 @@ def section_migration(report: Report) -> str:
         body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>' for k, v in {**scalars, **counts}.items())
         if body:
             out.append(f'<table class="migration">{body}</table>')
+        header, rows = migration_lag_rows(m)
+        if rows:
+            head = "".join(f"<th>{escape(h)}</th>" for h in header)
+            cells = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+            out.append(f'<table class="migration-lag"><tr>{head}</tr>{cells}</table>')
         rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts", "reasons")}
         if rest:
             out.append(f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>")

@@ -8,7 +8,8 @@ from typing import Callable
 
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
-from reports.tables import ENVIRONMENT_ROWS, environment_differences, environment_value, run_checks, warning_lines
+from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
+                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
 
 
 def _cell(text: str) -> str:
@@ -80,10 +81,8 @@ def md_summary(report: Report) -> str:
                 text += f" ({c.ratio})"
             cells.append(text)
         rows.append(cells)
-    return ("## Table 1 · Summary\n\n" + _table(_headers(report, "figure"), rows)
-            + "\n\n★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value); (×r) is the ratio to the baseline; "
-              "— does not apply. Lag and rates cover the measured window only; warm-up is excluded. "
-              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+    return ("## Table 1 · Summary\n\n" + "".join(f"{text}\n\n" for text in how_to_read_report(report.runs))
+            + _table(_headers(report, "figure"), rows) + "\n\n" + SUMMARY_LEGEND + " (×r) is the ratio to the baseline.")
 
 
 def md_narrative(report: Report) -> str:
@@ -107,6 +106,9 @@ def md_migration(report: Report) -> str:
             out.append("\n".join(f"- **{reason}**" for reason in reasons))
         if scalars or counts:
             out.append(_table(["figure", "value"], [[str(k), str(v)] for k, v in {**scalars, **counts}.items()]))
+        header, rows = migration_lag_rows(m)
+        if rows:
+            out.append(_table(header, rows))
     return "\n\n".join(out)
 
 

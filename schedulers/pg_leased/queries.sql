@@ -278,7 +278,18 @@ SELECT count(*) FILTER (WHERE state <> 'done') AS armed,
   FROM {schema}.schedule;
 
 -- name: export_armed
+-- Migration backfill and reconcile only: scheduled and running rows (a running row is armed
+-- until its commit re-arms or finishes it).
 SELECT id, next_fire_at, type, tenant_id, priority
   FROM {schema}.schedule
  WHERE state <> 'done'
  ORDER BY id;
+
+-- name: disarm
+-- Migration reconcile --repair only (a timer the source store does not have): the row becomes
+-- a finished ('done') row, outside the partial indexes, and version + 1 so that a batch holding
+-- it in flight cannot re-arm it at commit (commit_batch checks the version).
+UPDATE {schema}.schedule
+   SET state = 'done', version = version + 1, attempt = 0, owner_id = NULL, lease_expires = NULL
+ WHERE id = ANY(%(ids)s::text[]) AND state <> 'done'
+RETURNING id;

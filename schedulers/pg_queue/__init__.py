@@ -85,7 +85,18 @@ from typing import Any, Mapping, Sequence
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
+from schedulers.base import (
+    Capabilities,
+    Fire,
+    Outcome,
+    Processor,
+    RunLoop,
+    StoreContext,
+    Timer,
+    nap,
+    resolve_options,
+    us,
+)
 from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
 from schedulers.sqlfile import Queries
 
@@ -125,21 +136,15 @@ class PgQueueScheduler:
     needs_temporal = False
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown pg_queue option(s) {', '.join(sorted(unknown))}; "
-                f"choose from: {', '.join(sorted(self.default_options))}"
-            )
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        self.tick_s = float(self.options["tick_s"])
-        self.batch = int(self.options["batch"])
-        self.stale_claim_s = float(self.options["stale_claim_s"])
-        self.inflight_batches = int(self.options["inflight_batches"])
-        self.batch_time_s = float(self.options["batch_time_s"])
-        self.pool_size = int(self.options["pool_size"])
-        self.claim_in_tick_tx = bool(self.options["claim_in_tick_tx"])
+        self.options = o = resolve_options(self.name, self.default_options, options)
+        self.tick_s = o["tick_s"]
+        self.batch = o["batch"]
+        self.stale_claim_s = o["stale_claim_s"]
+        self.inflight_batches = o["inflight_batches"]
+        self.batch_time_s = o["batch_time_s"]
+        self.pool_size = o["pool_size"]
+        self.claim_in_tick_tx = o["claim_in_tick_tx"]
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + self.batch_time_s,
             per_tenant_fairness=False,
@@ -150,7 +155,7 @@ class PgQueueScheduler:
         self._pool: AsyncConnectionPool | None = None
         self._pool_lock = asyncio.Lock()
         self.last_tick_at = 0.0  # epoch s of the latest claim (health checks); 0.0 before run()
-        self.claims = 0
+        self.claimed_timers = 0  # schedulers.base: rows claimed, stale claims taken over included
         self.fires = 0
         self.ticks = 0
         self.fenced = 0  # fires whose row was moved or taken over while in flight
@@ -223,6 +228,15 @@ class PgQueueScheduler:
             rows = await cur.fetchall()
         return [Timer(id_, fire_at, type_, tenant, prio) for id_, fire_at, type_, tenant, prio in rows]
 
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only: delete these timers' rows (``disarm`` in queries.sql)."""
+        if not ids:
+            return 0
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(self.q["disarm"], {"ids": list(ids)})
+            return len(await cur.fetchall())
+
     async def stats(self) -> dict[str, float]:
         pool = await self._get_pool()
         async with pool.connection() as conn:
@@ -233,7 +247,7 @@ class PgQueueScheduler:
             "queue_depth": due,
             "claimed": claimed,
             "oldest_due_age_s": oldest,
-            "claims": float(self.claims),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "ticks": float(self.ticks),
             "fenced": float(self.fenced),
@@ -248,26 +262,20 @@ class PgQueueScheduler:
     ) -> None:
         owner = worker_id or f"pgq-{os.getpid()}-{id(stop):x}"
         pool = await self._get_pool()
-        inflight: set[asyncio.Task] = set()
-        slots = asyncio.Semaphore(self.inflight_batches)
         batch_no = 0
-        try:
+        # Cancelling is a crash (RunLoop): in-flight batches die with their owner and their
+        # claims are NOT released; they come back when the stale-claim timeout lapses.
+        async with RunLoop(self.inflight_batches) as loop:
             while not stop.is_set():
                 started = time.monotonic()
-                await slots.acquire()  # all batches busy: this tick waits (no overlap beyond the limit)
-                if stop.is_set():
-                    slots.release()
+                if not await loop.take_slot(stop):  # all batches busy: this tick waits (no overlap beyond the limit)
                     break
                 try:
                     if self.claim_in_tick_tx:
-                        # The tick's transaction lives in its batch task (it commits after the
-                        # hand-off); the loop waits for its claim only. The task owns the slot.
+                        # The tick's transaction lives in its batch task, in the slot just taken
+                        # (it commits after the hand-off); the loop waits for its claim only.
                         claimed: asyncio.Future = asyncio.get_running_loop().create_future()
-                        task = asyncio.create_task(
-                            self._tick_in_tx(pool, processors, owner, batch_no + 1, slots, claimed)
-                        )
-                        inflight.add(task)
-                        task.add_done_callback(inflight.discard)
+                        task = loop.start_batch(self._tick_in_tx, pool, processors, owner, batch_no + 1, claimed)
                         task.add_done_callback(self._note_error)
                         fires = await claimed
                         self.ticks += 1
@@ -282,46 +290,30 @@ class PgQueueScheduler:
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
                     if not self.claim_in_tick_tx:  # the tick's task gave its slot back
-                        slots.release()
+                        loop.slots.release()
                     self.claim_errors += 1
                     self.last_error = exc
-                    try:
-                        await asyncio.wait_for(stop.wait(), timeout=self.tick_s)
-                    except TimeoutError:
-                        pass
+                    await nap(self.tick_s, stop)
                     continue
                 except BaseException:
                     if not self.claim_in_tick_tx:  # the tick's task gives its slot back itself
-                        slots.release()
+                        loop.slots.release()
                     raise
                 self.ticks += 1
                 self.last_tick_at = time.time()
                 if fires:
                     batch_no += 1
-                    task = asyncio.create_task(self._process(pool, processors, fires, claimed_at, owner, slots))
-                    inflight.add(task)
-                    task.add_done_callback(inflight.discard)
+                    task = loop.start_batch(self._process, pool, processors, fires, claimed_at, owner)
                     task.add_done_callback(self._note_error)
                 else:
-                    slots.release()
+                    loop.slots.release()
                 await self._sleep_out_tick(started, stop)
-            if inflight:  # graceful stop: in-flight batches commit
-                await asyncio.gather(*inflight, return_exceptions=True)
-        except asyncio.CancelledError:
-            # A crash: in-flight batches die with their owner. Claims are NOT released; they come
-            # back when the stale-claim timeout lapses.
-            for task in inflight:
-                task.cancel()
-            raise
 
     async def _sleep_out_tick(self, started: float, stop: asyncio.Event) -> None:
         """One claim per tick, as the seed's scheduler: sleep out the rest of the tick."""
         wait_s = self.tick_s - (time.monotonic() - started)
         if wait_s > 0:
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=wait_s)
-            except TimeoutError:
-                pass
+            await nap(wait_s, stop)
 
     async def _tick_in_tx(
         self,
@@ -329,7 +321,6 @@ class PgQueueScheduler:
         processors: Mapping[str, Processor],
         owner: str,
         batch_no: int,
-        slots: asyncio.Semaphore,
         claimed: asyncio.Future,
     ) -> None:
         """One tick as seeds/003's scheduler ran it (``claim_in_tick_tx``): claim in the tick's
@@ -354,10 +345,9 @@ class PgQueueScheduler:
         except BaseException as exc:
             if not claimed.done():  # the claim itself failed: the tick's error, not a batch's
                 claimed.set_exception(exc)
-                return
+                if isinstance(exc, Exception):
+                    return
             raise
-        finally:
-            slots.release()
 
     @staticmethod
     def _by_type(fires: list[Fire]) -> dict[str, list[Fire]]:
@@ -398,7 +388,7 @@ class PgQueueScheduler:
             Fire(id_, tenant, type_, due_at, armed_at, attempts, owner, batch_no, state, prio)
             for id_, tenant, type_, prio, due_at, armed_at, attempts, state, _ in rows
         ]
-        self.claims += len(fires)
+        self.claimed_timers += len(fires)
         return fires, claimed_at
 
     async def _process(
@@ -408,15 +398,11 @@ class PgQueueScheduler:
         fires: list[Fire],
         claimed_at: Any,
         owner: str,
-        slots: asyncio.Semaphore,
     ) -> None:
-        try:
-            for type_, group in self._by_type(fires).items():
-                processor, outcomes = await self._poll(processors, type_, group)
-                delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
-                processor.committed(group, delivered)
-        finally:
-            slots.release()
+        for type_, group in self._by_type(fires).items():
+            processor, outcomes = await self._poll(processors, type_, group)
+            delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+            processor.committed(group, delivered)
 
     async def _commit(
         self,

@@ -105,9 +105,18 @@ ON CONFLICT (trigger_id, due_at) DO NOTHING
 RETURNING trigger_id, extract(epoch FROM due_at)::float8 AS due_at;
 
 -- name: export_armed
+-- Migration backfill and reconcile only: every row is an armed timer (a claimed row keeps its
+-- past fire time until its commit replaces it).
 SELECT id, extract(epoch FROM next_fire_at)::float8 AS fire_at, type, tenant_id, priority
 FROM {schema}.triggers
 ORDER BY id;
+
+-- name: disarm
+-- Migration reconcile --repair only (a timer the source store does not have): the row goes. A
+-- batch holding it in flight finds its claim gone at commit (mark_polled is fenced) and
+-- re-inserts nothing.
+DELETE FROM {schema}.triggers WHERE id = ANY(%(ids)s::text[])
+RETURNING id;
 
 -- name: gauges
 -- Queue gauges for stats(). Counting walks the whole (bloated) table: cheap enough for a

@@ -53,16 +53,27 @@ from typing import Any, Mapping, Sequence
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from schedulers.base import EXPECTED_TIMERS, BatchSizes, Capabilities, Processor, StoreContext, Timer, us
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.base import (
+    EXPECTED_TIMERS,
+    BatchSizes,
+    Capabilities,
+    Processor,
+    RunLoop,
+    StoreContext,
+    Timer,
+    resolve_options,
+    us,
+)
+from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
     ARM_SIGNAL,
+    ARMED_QUERY,
     CONTROLLER_WORKFLOW,
     E_ID,
     SHARD_WORKFLOW,
@@ -80,6 +91,8 @@ from schedulers.temporal_shards.workflows import (
 )
 
 HERE = Path(__file__).parent
+EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
+EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
 SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expected_timers is given
 
 
@@ -156,14 +169,8 @@ class TemporalShardsScheduler:
     needs_temporal = True
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown temporal_shards option(s) {sorted(unknown)}; accepted: {', '.join(sorted(self.default_options))}"
-            )
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        o = self.options
+        self.options = o = resolve_options(self.name, self.default_options, options)
         if int(o["payload_limit_bytes"]) <= 0 or not 0 < float(o["split_payload_frac"]) <= 1:
             raise ValueError(
                 "temporal_shards: payload_limit_bytes must be > 0 and split_payload_frac in (0, 1], got "
@@ -175,33 +182,33 @@ class TemporalShardsScheduler:
                                      float(o["grow_target"]))
         self.skip_unchanged_state = bool(o["skip_unchanged_state"])
         self.per_type = parse_types(o["types"])
-        self.lease_s = float(o["lease_s"])
-        self.eps = float(o["eps"])
-        self.ring_refresh_s = float(o["ring_refresh_s"])
+        self.lease_s = o["lease_s"]
+        self.eps = o["eps"]
+        self.ring_refresh_s = o["ring_refresh_s"]
         # Workflow ids and the task queue carry the schema, so concurrent runs never meet.
         self.prefix = "tb-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.schema)
         self.task_queue = self.prefix
         self.shard_config = ShardConfig(
             prefix=self.prefix,
             task_queue=self.task_queue,
-            batch=int(o["batch"]),
-            max_lag_s=float(o["max_lag_s"]),
+            batch=o["batch"],
+            max_lag_s=o["max_lag_s"],
             per_type=self.per_type,
-            timer_cap=int(o["timer_cap"]),
-            history_bound=int(o["history_bound"]),
-            util_report_s=float(o["util_report_s"]),
-            forward_horizon_s=float(o["forward_horizon_s"]),
+            timer_cap=o["timer_cap"],
+            history_bound=o["history_bound"],
+            util_report_s=o["util_report_s"],
+            forward_horizon_s=o["forward_horizon_s"],
             lease_s=self.lease_s,
-            retry_initial_s=float(o["retry_initial_s"]),
-            payload_limit_bytes=int(o["payload_limit_bytes"]),
-            split_payload_frac=float(o["split_payload_frac"]),
+            retry_initial_s=o["retry_initial_s"],
+            payload_limit_bytes=o["payload_limit_bytes"],
+            split_payload_frac=o["split_payload_frac"],
         )
-        max_lag = max([float(o["max_lag_s"])] + [v[1] for v in self.per_type.values()])
+        max_lag = max([o["max_lag_s"]] + [v[1] for v in self.per_type.values()])
         self.capabilities = Capabilities(
-            max_lag_s=max_lag + float(o["poll_overhead_s"]),
+            max_lag_s=max_lag + o["poll_overhead_s"],
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
-            redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
             cancel=False,  # seeds/003: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
@@ -210,6 +217,9 @@ class TemporalShardsScheduler:
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs
+        # schedulers.base: rows the batch activities of this instance's workers claimed by key,
+        # counted again when a retried activity (after a crash or a lapsed lease) takes them over
+        self.claimed_timers = 0
         self.batch_sizes = BatchSizes()  # batches this process's batch activities received (first attempts)
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
@@ -220,13 +230,20 @@ class TemporalShardsScheduler:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def setup(self) -> None:
+        created = self.pool is None
+        await self._connect()
+        if created:
+            async with self.pool.connection() as conn:
+                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await conn.execute(self.q["ring_init"], {"shards": self.options["shards"]})
+
+    async def _connect(self) -> None:
+        """The pool and the Temporal client, without touching the schema: enough to read, arm
+        and disarm on a store that exists (migration reconcile opens stores this way)."""
         if not self.ctx.dsn or not self.ctx.temporal_address:
             raise ValueError("temporal_shards needs both a Postgres DSN and a Temporal address")
         if self.pool is None:
             self.pool = await open_pool(self.ctx.dsn, min_size=1, max_size=12, name="timerbench-temporal-shards")
-            async with self.pool.connection() as conn:
-                await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
-                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
         if self.client is None:
             self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
 
@@ -363,37 +380,13 @@ class TemporalShardsScheduler:
     async def arm(self, timers: Sequence[Timer]) -> None:
         if not timers:
             return
-        now = us(time.time())
-        latest: dict[str, Timer] = {}
-        for t in timers:  # one row can take one new fire time per statement: the last wins
-            latest[t.id] = t
-        ts = list(latest.values())
-        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
-        self._refuse_oversized(ts)
-        async with self.pool.connection() as conn:
-            async with conn.transaction():
-                cur = await conn.execute(
-                    self.q["arm_upsert"],
-                    {
-                        "ids": [t.id for t in ts],
-                        "types": [t.type for t in ts],
-                        "tenants": [t.tenant_id for t in ts],
-                        "priorities": [t.priority for t in ts],
-                        "fire_ats": fire_ats,
-                        "armed_at": now,
-                    },
-                )
-                rows = await cur.fetchall()
-                new = [tid for tid, _, inserted in rows if inserted]
-                if new:
-                    size = self.ctx.state_bytes
-                    await conn.execute(
-                        self.q["state_insert"],
-                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
-                    )
-        version = {tid: v for tid, v, _ in rows}
+        self._refuse_oversized(timers)
+        if self.pool is None or self.client is None:
+            await self._connect()
+        armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
         entries = [
-            [t.id, f, version[t.id], now, t.type, t.tenant_id, t.priority] for t, f in zip(ts, fire_ats)
+            [t.id, f, v, armed.armed_at, t.type, t.tenant_id, t.priority]
+            for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)
         ]
         await self.send(entries, key=uuid.uuid4().hex)
 
@@ -433,12 +426,14 @@ class TemporalShardsScheduler:
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
             ),
             identity=worker_id,
-            max_concurrent_activities=int(self.options["max_concurrent_activities"]),
-            sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
+            max_concurrent_activities=self.options["max_concurrent_activities"],
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.options["sticky_timeout_s"]),
             graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
         )
-        worker_task = asyncio.create_task(worker.run())
-        try:
+        # Cancelling is a crash (RunLoop): the worker goes away mid-batch (awaited, so it is gone
+        # when run() ends) and claims are not released.
+        async with RunLoop() as loop:
+            worker_task = loop.keep(worker.run(), join=True)
             if self.options["controller"]:
                 await self._ensure_controller()
             stop_task = asyncio.create_task(stop.wait())
@@ -459,28 +454,24 @@ class TemporalShardsScheduler:
                 return
             # Graceful stop: take no new batch, let in-flight ones commit, then shut down.
             stopping.set()
-            deadline = time.time() + float(self.options["drain_s"])
+            deadline = time.time() + self.options["drain_s"]
             while acts.in_flight and time.time() < deadline:
                 await asyncio.sleep(0.05)
             await worker.shutdown()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker_task
-        except asyncio.CancelledError:
-            # A crash: the worker goes away mid-batch; claims are not released.
-            worker_task.cancel()
-            with contextlib.suppress(BaseException):
-                await worker_task
-            raise
 
     async def _ensure_controller(self) -> None:
         o = self.options
         await self.client.start_workflow(
             CONTROLLER_WORKFLOW,
             ControllerInput(
-                period_s=float(o["controller_period_s"]),
-                timer_cap=int(o["timer_cap"]),
-                grow_above=float(o["grow_above"]),
-                grow_target=float(o["grow_target"]),
+                period_s=o["controller_period_s"],
+                timer_cap=o["timer_cap"],
+                grow_above=o["grow_above"],
+                grow_target=o["grow_target"],
+                # a forward needs a ring refresh, then both shards' next reports
+                settle_s=o["ring_refresh_s"] + 2 * o["util_report_s"],
             ),
             id=f"{self.prefix}-controller",
             task_queue=self.task_queue,
@@ -493,7 +484,8 @@ class TemporalShardsScheduler:
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()
-        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows)}
+        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows),
+                                 "claimed_timers": float(self.claimed_timers)}
         timers = [0] * n
         cans = 0
         max_can = 0
@@ -520,7 +512,7 @@ class TemporalShardsScheduler:
         out["payload_limit_bytes"] = float(self.options["payload_limit_bytes"])
         out.update(self.batch_sizes.gauges())
         total = sum(timers)
-        cap = int(self.options["timer_cap"])
+        cap = self.options["timer_cap"]
         out["timers"] = float(total)
         out["utilisation"] = total / (n * cap)
         out["max_shard_utilisation"] = max(timers) / cap if timers else 0.0
@@ -529,6 +521,59 @@ class TemporalShardsScheduler:
         return out
 
     async def export_armed(self) -> list[Timer]:
+        """The timers that will fire: a trigger row with a fire time is armed only when a shard
+        holds its current version (or a newer one), or a batch holds it in flight.
+
+        The row alone is not enough: ``arm()`` writes the row first and signals the shard
+        second, so a signal lost in a Temporal outage leaves a row that no shard will ever fire
+        (migration reconcile must see that as drift). The shards answer a query, which a worker
+        on this scheduler's task queue serves: call this while one runs. A shard reports what it
+        handed to batch pollers lately too (until their claim leases the rows); a timer between
+        a commit and its re-arm signal is briefly in neither, and reconcile re-reads before it
+        calls anything drift.
+        """
+        await self._connect()
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(self.q["export_armed"])).fetchall()
-        return [Timer(tid, us(fire_at), type_, tenant, prio) for tid, fire_at, type_, tenant, prio in rows]
+            n = (await (await conn.execute(self.q["ring_read"])).fetchone())[0]
+        # rows first, shards second: a re-arm in between only raises the shard's version
+        held: dict[str, int] = {}
+        for timers in await asyncio.gather(*(self._shard_armed(s) for s in range(n))):
+            for tid, version in timers:
+                if version > held.get(tid, -1):
+                    held[tid] = version
+        return [
+            Timer(tid, us(fire_at), type_, tenant, prio)
+            for tid, fire_at, type_, tenant, prio, version, in_flight in rows
+            if in_flight or held.get(tid, -1) >= version
+        ]
+
+    async def _shard_armed(self, shard: int) -> list[list]:
+        assert self.client is not None, "call setup() first"
+        handle = self.client.get_workflow_handle(self.shard_id(shard))
+        why = ""
+        for _ in range(EXPORT_QUERY_TRIES):  # a busy worker may miss one deadline
+            try:
+                return await handle.query(ARMED_QUERY, rpc_timeout=timedelta(seconds=EXPORT_QUERY_TIMEOUT_S))
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return []  # a shard no timer was ever placed on has no workflow yet
+                why = f"{exc.status.name}: {exc.message}"
+                if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+                    break
+            except Exception as exc:  # the query failed or was rejected inside the workflow
+                why = f"{type(exc).__name__}: {exc}"
+                break
+        raise RuntimeError(
+            f"temporal_shards: shard workflow {self.shard_id(shard)} did not answer the '{ARMED_QUERY}' query "
+            f"({why}); a worker on task queue {self.task_queue} must be running"
+        )
+
+    async def disarm(self, ids: Sequence[str]) -> int:
+        """Migration reconcile only (seeds/003 has no cancel): see ``disarm`` in queries.sql."""
+        if not ids:
+            return 0
+        await self._connect()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(self.q["disarm"], {"ids": list(ids)})
+            return len(await cur.fetchall())

@@ -7,6 +7,11 @@ INSERT INTO {schema}.ring (shard_count) VALUES (%(shards)s) ON CONFLICT (singlet
 -- name: ring_read
 SELECT shard_count, grows FROM {schema}.ring;
 
+-- name: ring_settle
+-- Seconds until the last grow has settled (0 when it has, or when the ring never grew).
+SELECT greatest(0, extract(epoch FROM grown_at + make_interval(secs => %(settle_s)s) - now()))::float8
+FROM {schema}.ring;
+
 -- name: ring_grow
 -- Grow only (never shrink): timers may already live on the higher shards.
 UPDATE {schema}.ring SET shard_count = %(shards)s, grows = grows + 1, grown_at = now()
@@ -154,6 +159,21 @@ SELECT shard, timers, utilisation, history_length, can_count, last_can_history, 
 FROM {schema}.shard_util ORDER BY shard;
 
 -- name: export_armed
--- Migration backfill only; never on the dispatch path.
-SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority
+-- Migration backfill and reconcile only; never on the dispatch path. The rows with a fire time,
+-- their version (a shard must hold this version for the timer to be armed) and whether a batch
+-- holds them under a live lease (in flight: the batch re-arms them at commit).
+SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority, version,
+       (owner IS NOT NULL AND lease_expires > now()) AS in_flight
 FROM {schema}.trigger WHERE fire_at IS NOT NULL;
+
+-- name: disarm
+-- Migration reconcile --repair only (a timer the source store does not have). There is no
+-- cancel operation in this design (seeds/003); this is the version fence used as one: the row
+-- loses its fire time and its version moves on, so every copy a shard holds is stale (a batch
+-- claims only rows at the version the shard fired) and an in-flight batch's commit, which
+-- needs its lease, finds none.
+UPDATE {schema}.trigger
+   SET fire_at = NULL, version = version + 1, attempt = 0, owner = NULL, lease_expires = NULL,
+       committed_batch = NULL
+ WHERE id = ANY(%(ids)s::text[]) AND fire_at IS NOT NULL
+RETURNING id;

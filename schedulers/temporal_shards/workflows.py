@@ -39,7 +39,9 @@ SHARD_WORKFLOW = "TimerShard"
 POLLER_WORKFLOW = "BatchPoller"
 CONTROLLER_WORKFLOW = "ShardController"
 ARM_SIGNAL = "arm"
+ARMED_QUERY = "armed"
 KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
+HANDED_FOR_S = 60.0  # the 'armed' query reports a timer handed to a batch poller this long
 PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024  # Temporal's limit.blobSize.error default (seeds/003: "caps that payload at 2 MB")
 SPLIT_RETRY_S = 1.0  # a shard past the split mark tries to split at most this often (workflow time)
 CLOSED_FULL = "full"  # a batch flushed because it reached its type's batch size
@@ -156,6 +158,10 @@ class ControllerInput:
     grow_above: float  # seeds/003: 80 % average utilisation
     grow_target: float  # seeds/003: target 60 %
     ticks: int = 0
+    # After a grow, wait this long before growing again: overloaded shards forward timers to the
+    # new shards, and until both sides have reported since, the sum of reports counts a moving
+    # timer twice (on the sender and the receiver) and would overshoot the target.
+    settle_s: float = 0.0
 
 
 @workflow.defn(name=SHARD_WORKFLOW)
@@ -168,6 +174,10 @@ class ShardWorkflow:
         self.cfg = inp.config
         self.shard = inp.shard
         self.entries: dict[str, list] = {}  # id -> latest timer (in a heap or pending)
+        # id -> [version, handed at]: timers handed to a batch poller that may not have claimed
+        # them yet (they are in no heap and not yet leased); kept HANDED_FOR_S, for the 'armed'
+        # query only (a migration reconcile must not see a timer in flight as missing)
+        self.handed: dict[str, list] = {}
         self.heaps: dict[str, list[tuple[float, int, str]]] = {}  # type -> (fire_at, version, id)
         self.pending: dict[str, dict[str, list]] = {}  # type -> id -> timer, in due order
         self.keys: list[str] = list(inp.keys)
@@ -208,6 +218,15 @@ class ShardWorkflow:
     def count(self) -> int:
         return len(self.entries)
 
+    @workflow.query(name=ARMED_QUERY)
+    def armed(self) -> list[list]:
+        """``[id, version]`` of every timer this shard holds (heap and pending batch) or handed to
+        a batch poller lately: what ``export_armed`` checks the trigger rows against (migration
+        reconcile)."""
+        out = [[e[E_ID], e[E_VER]] for e in self.entries.values()]
+        out += [[tid, h[0]] for tid, h in self.handed.items() if tid not in self.entries]
+        return out
+
     def _put(self, t: list) -> None:
         tid = t[E_ID]
         cur = self.entries.get(tid)
@@ -231,6 +250,7 @@ class ShardWorkflow:
         self._measure()
         while True:
             now = workflow.now().timestamp()
+            self._forget_handed(now)
             self._collect(now)
             await self._flush(now)
             if self.payload_bytes + self.added_bytes > self.cfg.split_at_bytes() and now >= self.split_retry_at:
@@ -371,10 +391,24 @@ class ShardWorkflow:
 
     def _take(self, pending: dict[str, list], n: int) -> list[list]:
         out = []
+        now = workflow.now().timestamp()
         for tid in list(pending)[:n]:
-            out.append(pending.pop(tid))
+            t = pending.pop(tid)
+            out.append(t)
             del self.entries[tid]
+            self.handed.pop(tid, None)  # re-inserted last: the dict stays in hand-off order
+            self.handed[tid] = [t[E_VER], now]
         return out
+
+    def _forget_handed(self, now: float) -> None:
+        """A handed timer is claimed (leased in its row) within seconds; past HANDED_FOR_S the
+        row speaks for it. Oldest first, so each call costs what it forgets."""
+        cutoff = now - HANDED_FOR_S
+        while self.handed:
+            tid = next(iter(self.handed))
+            if self.handed[tid][1] >= cutoff:
+                break
+            del self.handed[tid]
 
     async def _start_poller(self, type_: str, timers: list[list], closed_by: str) -> None:
         # The hand-off is a Temporal checkpoint (seeds/003): once the child has started, the
