@@ -352,8 +352,7 @@ class TemporalShardsScheduler:
         limit = chunk_bytes(int(self.options["payload_limit_bytes"]))
         signals = []
         for s, ts in by_shard.items():
-            pieces = chunks(ts, limit) if len(ts) * 64 > limit else [ts]  # under 64 B a timer never fills one
-            for i, piece in enumerate(pieces):
+            for i, piece in enumerate(chunks(ts, limit)):
                 signals.append(self._signal(s, piece, f"{key}/{s}" if i == 0 else f"{key}/{s}.{i}"))
         await asyncio.gather(*signals)
 

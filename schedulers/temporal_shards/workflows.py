@@ -17,7 +17,9 @@ passes ``split_payload_frac`` of ``payload_limit_bytes`` **splits**: it grows th
 and forwards its farthest timers (any horizon) to their places on the grown ring, until it is back
 under half that mark. A Continue-As-New that would still exceed the limit is postponed (the shard
 keeps running and sheds again) instead of sending a command the server would reject, which would
-fail the shard workflow and every timer in it.
+fail the shard workflow and every timer in it. Every other message carrying timers (an arm signal,
+a batch poller's input, a forward) is cut into pieces of at most a quarter of the limit
+(:func:`chunks`), and ``arm()`` refuses a timer that alone would pass that quarter.
 """
 
 from __future__ import annotations
@@ -383,9 +385,9 @@ class ShardWorkflow:
                 continue
             size = self.cfg.type_batch(type_)
             while len(pending) >= size:
-                starts.append(self._start_poller(type_, self._take(pending, size), CLOSED_FULL))
+                starts += self._pollers(type_, self._take(pending, size), CLOSED_FULL)
             if pending and min(e[E_FIRE] for e in pending.values()) + self.cfg.type_max_lag(type_) <= now:
-                starts.append(self._start_poller(type_, self._take(pending, len(pending)), CLOSED_MAX_LAG))
+                starts += self._pollers(type_, self._take(pending, len(pending)), CLOSED_MAX_LAG)
         if starts:
             await asyncio.gather(*starts)
 
@@ -409,6 +411,14 @@ class ShardWorkflow:
             if self.handed[tid][1] >= cutoff:
                 break
             del self.handed[tid]
+
+    def _pollers(self, type_: str, timers: list[list], closed_by: str) -> list:
+        """One batch poller for ``timers``, or several when their input would pass a quarter of
+        the payload limit (seeds/003: Temporal caps a payload at 2 MB; 800 timers of ~100 bytes
+        are far below it, a large per-type batch or long ids are not): the server would reject
+        the child's start and fail the shard."""
+        pieces = chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes))
+        return [self._start_poller(type_, piece, closed_by) for piece in pieces]
 
     async def _start_poller(self, type_: str, timers: list[list], closed_by: str) -> None:
         # The hand-off is a Temporal checkpoint (seeds/003): once the child has started, the

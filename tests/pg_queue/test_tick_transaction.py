@@ -15,7 +15,7 @@ from psycopg import sql
 
 from schedulers.base import Timer
 from schedulers.pg_queue import PgQueueScheduler
-from tests.conformance.promises import RecordingProcessor, wait_until
+from tests.conformance.helpers import RecordingProcessor, wait_until
 from tests.pg_queue.conftest import make_scheduler, table_stats
 
 APP = "timerbench-pg_queue"  # the pool's application_name (schedulers.pg.open_pool)

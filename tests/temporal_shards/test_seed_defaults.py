@@ -19,7 +19,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from schedulers.base import BATCH_SIZE_BIN_GAUGE, BATCHES_CLOSED_GAUGE, Fire, Outcome, Timer
 from schedulers.temporal_shards import TemporalShardsScheduler
-from tests.conformance.promises import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
 from tests.pg_queue.conftest import table_stats
 from tests.temporal_shards.test_shards import finish, started
 
@@ -189,5 +189,52 @@ async def test_a_timer_too_large_for_a_payload_is_refused_before_any_write(make_
             query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(s.ctx.schema, "trigger"))
             rows = (await (await conn.execute(query)).fetchone())[0]
         assert rows == 0, "a refused arm wrote trigger rows"
+    finally:
+        await s.teardown(drop=True)
+
+
+async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_pollers(make_ctx):
+    # 200 timers due at once on one shard, batch 800 (seeds/003): one MaxLag flush of ~14 KB. With
+    # a 20 KB limit a poller's input may carry a quarter (5 KB, ~70 timers), so the flush starts
+    # several pollers, none over the share; every timer fires once. (split_payload_frac 1: the
+    # shard's own payload, ~14 KB, stays under its split mark, so the ring does not grow.)
+    limit = 20_000
+    s = await started(make_ctx, shards=1, controller=False, batch=800, max_lag_s=1.0,
+                      payload_limit_bytes=limit, split_payload_frac=1.0)
+    runner = Runner(s)
+    try:
+        proc = RecordingProcessor()
+        runner.start(proc, "w1")
+        due = time.time() + 1.0
+        timers = [Timer(f"wide-{i:04d}", due) for i in range(200)]
+        await s.arm(timers)  # one call, several signals (each under the share too)
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 30)
+        assert ok, f"{len({t.id for t in timers} - proc.ids())} timers never fired"
+        stats = await s.stats()
+        bins, closed = batch_gauges(stats)
+        sizes = [len(b) for b in proc.batches]
+        print(f"\n200 timers due at once, payload limit {limit} B: batches of {sorted(sizes)}, closed {closed}, "
+              f"shards {stats['shards']:.0f}, splits {stats['splits']:.0f}")
+        assert stats["batched_timers"] == 200 and stats["batches"] == len(proc.batches)
+        assert len(proc.batches) >= 3, f"one flush of ~14 KB went to {len(proc.batches)} pollers"
+        assert max(bins) <= 100, bins  # every piece well under 800
+        assert stats["splits"] == 0 and stats["shards"] == 1
+        assert all(len(proc.of(t.id)) == 1 for t in timers)
+    finally:
+        await finish(s, runner)
+
+
+async def test_a_timer_over_the_seeds_2mb_limit_is_refused_with_the_fix(make_ctx):
+    # the default limit, seeds/003's 2 MB: a timer whose tenant alone is 2 MB cannot travel
+    s = await started(make_ctx)
+    try:
+        assert s.options["payload_limit_bytes"] == 2 * 1024 * 1024
+        with pytest.raises(ValueError, match=r"over the 524288-byte share of payload_limit_bytes=2097152.*raise payload_limit_bytes"):
+            await s.arm([Timer("huge", time.time() + 60, tenant_id="t" * (2 * 1024 * 1024 + 1))])
+        await s.arm([Timer("ordinary", time.time() + 60)])  # the scheduler is still usable
+        async with s.pool.connection() as conn:
+            query = sql.SQL("SELECT id FROM {}").format(sql.Identifier(s.ctx.schema, "trigger"))
+            ids = [r[0] for r in await (await conn.execute(query)).fetchall()]
+        assert ids == ["ordinary"], ids
     finally:
         await s.teardown(drop=True)
