@@ -15,18 +15,20 @@ The table (``schema.sql``)
 The cycle, and its four writes per poll (seeds/003: "one insert, two updates, and one delete")
     Every ``tick_s`` (seeds/003: one second) a run loop takes one batch:
 
-    * **Write 1, UPDATE** ``claim_due``, in the tick's transaction: select up to ``batch`` due
-      rows (seeds/003: 800), oldest ``next_fire_at`` first, with ``FOR UPDATE SKIP LOCKED``, and
-      mark them claimed (``status``, ``claimed_by``, ``claimed_at``, ``attempts``).
-      ``claimed_by`` is indexed, so this update is never HOT.
+    * **Write 1, UPDATE** ``claim_due``, its own autocommit transaction, before any polling:
+      select up to ``batch`` due rows (seeds/003: 800), oldest ``next_fire_at`` first, with
+      ``FOR UPDATE SKIP LOCKED``, and mark them claimed (``status``, ``claimed_by``,
+      ``claimed_at``, ``attempts``). ``claimed_by`` is indexed, so this update is never HOT.
     * The processor of the timers' type polls (no write) and returns one outcome per fire. With
-      ``claim_in_tick_tx`` (the default, as the seed's tick did it) the tick's transaction stays
-      open through this hand-off and commits once the processor has the outcomes: its xid holds
-      the vacuum horizon for as long as the tick takes (seeds/003: "Slower ticks held transactions
-      and snapshots open longer, delaying cleanup further", the feedback that made the doom loop a
-      loop), and the claimed rows stay locked, so an ``arm()`` moving one waits for the tick.
-      With ``claim_in_tick_tx`` off the claim commits on its own before any polling (a short
-      transaction: the improvement a team would try first).
+      ``hold_tick_tx`` (the default, as the seed's tick did it) the tick's transaction is open
+      around the claim and this hand-off: it takes an xid before the claim (``tick_hold``) and
+      ends once the processor has the outcomes, so the vacuum horizon stays where it was for as
+      long as the tick takes (seeds/003: "Slower ticks held transactions and snapshots open
+      longer, delaying cleanup further", the feedback that made the doom loop a loop). The claim
+      itself still commits on its own: held in the tick's transaction, its row locks would make
+      an ``arm()`` moving an in-flight timer wait for the poll (and a processor that waits for
+      that arm, never return). With ``hold_tick_tx`` off nothing stays open while the processor
+      polls (the improvement a team would try first).
 
     Then one transaction commits the poll:
 
@@ -70,8 +72,7 @@ Choices the seed does not state (what a typical first version does)
       next tick waits.
     * Cancelling ``run`` is a crash (see :mod:`schedulers.base`): in-flight batches are cancelled
       and their claims are left for the stale-claim timeout. Setting ``stop`` lets in-flight
-      batches commit. With ``claim_in_tick_tx`` a claim whose tick has not committed yet goes with
-      its connection, as when a real process dies mid-tick: those rows are claimable at once.
+      batches commit.
 """
 
 from __future__ import annotations
@@ -127,9 +128,9 @@ class PgQueueScheduler:
         "inflight_batches": 4,  # claimed batches polled concurrently per run loop
         "batch_time_s": 1.0,  # allowance to claim and hand over one batch, seconds (enters max_lag_s)
         "pool_size": 8,  # Postgres connections per scheduler instance
-        # True: the tick's transaction holds its claim (and the vacuum horizon) through the hand-off
-        # to the processor, as seeds/003's tick did; False: the claim commits alone first
-        "claim_in_tick_tx": True,
+        # True: the tick's transaction (an xid: the vacuum horizon) stays open through the claim and
+        # the hand-off to the processor, as seeds/003's tick did; False: nothing open while polling
+        "hold_tick_tx": True,
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.1, "stale_claim_s": 2.0, "batch": 50}
     needs_postgres = True
@@ -144,7 +145,7 @@ class PgQueueScheduler:
         self.inflight_batches = o["inflight_batches"]
         self.batch_time_s = o["batch_time_s"]
         self.pool_size = o["pool_size"]
-        self.claim_in_tick_tx = o["claim_in_tick_tx"]
+        self.hold_tick_tx = o["hold_tick_tx"]
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + self.batch_time_s,
             per_tenant_fairness=False,
@@ -271,11 +272,11 @@ class PgQueueScheduler:
                 if not await loop.take_slot(stop):  # all batches busy: this tick waits (no overlap beyond the limit)
                     break
                 try:
-                    if self.claim_in_tick_tx:
+                    if self.hold_tick_tx:
                         # The tick's transaction lives in its batch task, in the slot just taken
-                        # (it commits after the hand-off); the loop waits for its claim only.
+                        # (it ends after the hand-off); the loop waits for its claim only.
                         claimed: asyncio.Future = asyncio.get_running_loop().create_future()
-                        task = loop.start_batch(self._tick_in_tx, pool, processors, owner, batch_no + 1, claimed)
+                        task = loop.start_batch(self._held_tick, pool, processors, owner, batch_no + 1, claimed)
                         task.add_done_callback(self._note_error)
                         fires = await claimed
                         self.ticks += 1
@@ -289,14 +290,14 @@ class PgQueueScheduler:
                     # The server went away (a restart, a failover): the claim's statement either
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
-                    if not self.claim_in_tick_tx:  # the tick's task gave its slot back
+                    if not self.hold_tick_tx:  # else the tick's task gave its slot back
                         loop.slots.release()
                     self.claim_errors += 1
                     self.last_error = exc
                     await nap(self.tick_s, stop)
                     continue
                 except BaseException:
-                    if not self.claim_in_tick_tx:  # the tick's task gives its slot back itself
+                    if not self.hold_tick_tx:  # else the tick's task gives its slot back itself
                         loop.slots.release()
                     raise
                 self.ticks += 1
@@ -315,7 +316,7 @@ class PgQueueScheduler:
         if wait_s > 0:
             await nap(wait_s, stop)
 
-    async def _tick_in_tx(
+    async def _held_tick(
         self,
         pool: AsyncConnectionPool,
         processors: Mapping[str, Processor],
@@ -323,31 +324,32 @@ class PgQueueScheduler:
         batch_no: int,
         claimed: asyncio.Future,
     ) -> None:
-        """One tick as seeds/003's scheduler ran it (``claim_in_tick_tx``): claim in the tick's
-        transaction, hand the batch to the processor and commit the tick only once the processor
-        has the outcomes, then write the poll's results in the commit transaction. ``claimed``
-        gets the claimed fires (or the claim's error, which the run loop handles)."""
+        """One tick as seeds/003's scheduler ran it (``hold_tick_tx``): open the tick's
+        transaction with an xid, claim (committed on its own), hand the batch to the processor and
+        end the tick's transaction once the processor has the outcomes; then write the poll's
+        results in the commit transaction. ``claimed`` gets the claimed fires (or the error of the
+        tick's first statements, which the run loop handles as a claim's)."""
         try:
-            async with pool.connection() as conn:
-                async with conn.transaction():
-                    fires, claimed_at = await self._claim_on(conn, owner, batch_no)
+            async with pool.connection() as held:
+                async with held.transaction():
+                    await held.execute(self.q["tick_hold"])
+                    fires, claimed_at = await self._claim(pool, owner, batch_no)
                     claimed.set_result(fires)
                     if not fires:
                         return
-                    # The hand-off, inside the tick's transaction: its xid pins the vacuum
-                    # horizon and its row locks stay held until the processor has answered.
+                    # The hand-off, with the tick's xid running: vacuum keeps every dead tuple
+                    # younger than it until the processor has answered.
                     polled = [(group, await self._poll(processors, type_, group))
                               for type_, group in self._by_type(fires).items()]
-            # the claims are committed; the poll's writes follow in their own transaction
-            for group, (processor, outcomes) in polled:
-                delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
-                processor.committed(group, delivered)
         except BaseException as exc:
             if not claimed.done():  # the claim itself failed: the tick's error, not a batch's
                 claimed.set_exception(exc)
                 if isinstance(exc, Exception):
                     return
             raise
+        for group, (processor, outcomes) in polled:
+            delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+            processor.committed(group, delivered)
 
     @staticmethod
     def _by_type(fires: list[Fire]) -> dict[str, list[Fire]]:
@@ -373,14 +375,11 @@ class PgQueueScheduler:
 
     async def _claim(self, pool: AsyncConnectionPool, owner: str, batch_no: int) -> tuple[list[Fire], Any]:
         async with pool.connection() as conn:  # autocommit: the claim commits on its own
-            return await self._claim_on(conn, owner, batch_no)
-
-    async def _claim_on(self, conn: psycopg.AsyncConnection, owner: str, batch_no: int) -> tuple[list[Fire], Any]:
-        cur = await conn.execute(
-            self.q["claim_due"],
-            {"owner": owner, "batch": self.batch, "stale_claim_s": self.stale_claim_s},
-        )
-        rows = await cur.fetchall()
+            cur = await conn.execute(
+                self.q["claim_due"],
+                {"owner": owner, "batch": self.batch, "stale_claim_s": self.stale_claim_s},
+            )
+            rows = await cur.fetchall()
         if not rows:
             return [], None
         claimed_at = rows[0][8]  # one statement, one now(): the same for the whole batch
