@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from reports.decide import Decision, build_decision
 from reports.load import Run
 from reports.narrative import Sentence, sentences
 from reports.plots import Figure, render_figures
@@ -31,6 +32,7 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     failures: list[FailedRun] = field(default_factory=list)
     generated_at: str = ""
+    decision: Decision | None = None  # recommendation, fairness, cost per day, gate
 
     @property
     def baseline(self) -> Run | None:
@@ -38,7 +40,10 @@ class Report:
 
 
 def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
-                 with_figures: bool = True) -> Report:
+                 with_figures: bool = True, slo: str | None = None, project_rate: float | None = None,
+                 gate=None) -> Report:
+    """``slo``: the recommendation's thresholds (:mod:`reports.recommend`); ``project_rate``: the
+    rate of the cost-per-day table; ``gate``: a :class:`reports.gate.GateVerdict` to show."""
     table = build_summary_table(runs, baseline)
     return Report(
         runs=runs,
@@ -47,4 +52,5 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         figures=render_figures(runs) if (with_figures and runs) else [],
         failures=list(failures or []),
         generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        decision=build_decision(runs, slo, project_rate, gate) if runs else None,
     )
