@@ -70,6 +70,7 @@ class RunSession:
         self.nodes = nodes
         self.arm_load_per_s = arm_load_per_s
         self.fault_specs = list(fault_specs)
+        self.expected_timers = 0  # the population's size, once built (a backend may size itself by it)
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
@@ -217,6 +218,7 @@ class RunSession:
             ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
                                state_bytes=self.w.state_bytes)
             # a backend that sizes itself (temporal_shards' initial shard count) learns the population
+            self.expected_timers = len(population)
             self.options = with_expected_timers(getattr(self.cls, "default_options", {}), self.options, len(population))
             scheduler = self.make_scheduler(ctx)
             self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
