@@ -128,7 +128,9 @@ class TemporalShardsScheduler:
     name = "temporal_shards"
     description = "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
     default_options: dict[str, Any] = {
-        "shards": 0,  # initial shard count; 0: sized for expected_timers (see initial_shards). The controller grows it
+        # initial shard count; 0: what the controller would grow to for expected_timers, 60 % of the
+        # 5,000-timer cap (seeds/003), so a run starts within the cap (initial_shards). It grows from there
+        "shards": 0,
         EXPECTED_TIMERS: 0,  # timers the run will arm (a run sets its population size); 0: unknown
         "eps": 0.25,  # bounded-load slack: a shard holds at most ceil((1 + eps) * m / n) timers
         "batch": 800,  # timers per full batch, default for every type (seeds/003: full batches of 800)
@@ -151,7 +153,9 @@ class TemporalShardsScheduler:
         "controller": True,  # run the controller workflow
         "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged (seeds/003: "next on the list")
         "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (seeds/003: 2 MB)
-        "split_payload_frac": 0.5,  # a shard whose Continue-As-New payload passes this share of the limit splits
+        # a shard whose Continue-As-New payload passes this share of the limit splits (not in the seed,
+        # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
+        "split_payload_frac": 0.5,
     }
     conformance_options: dict[str, Any] = {
         "shards": 2,
