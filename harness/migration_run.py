@@ -164,10 +164,13 @@ class MigrationRun(RunSession):
 
     def make_scheduler(self, ctx):
         from migration.dual import DualState, DualWriteScheduler
-        from schedulers.base import create
+        from schedulers.base import create, with_expected_timers
 
-        primary = create(self.cls.primary_cls.name, replace(ctx, schema=ctx.schema + PRIMARY_SUFFIX), **self.options["from"])
-        shadow = create(self.cls.shadow_cls.name, replace(ctx, schema=ctx.schema + SHADOW_SUFFIX), **self.options["to"])
+        # each side holds the whole population by the end: a backend that sizes itself learns it
+        frm = with_expected_timers(self.cls.primary_cls.default_options, self.options["from"], self.expected_timers)
+        to = with_expected_timers(self.cls.shadow_cls.default_options, self.options["to"], self.expected_timers)
+        primary = create(self.cls.primary_cls.name, replace(ctx, schema=ctx.schema + PRIMARY_SUFFIX), **frm)
+        shadow = create(self.cls.shadow_cls.name, replace(ctx, schema=ctx.schema + SHADOW_SUFFIX), **to)
         self.dual = DualState(decision_wait_s=self.tolerance_s)
         timeout = {} if self.write_timeout_s is None else {"write_timeout_s": self.write_timeout_s}
         dw = DualWriteScheduler(primary, shadow, self.dual, **timeout)

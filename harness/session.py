@@ -70,6 +70,7 @@ class RunSession:
         self.nodes = nodes
         self.arm_load_per_s = arm_load_per_s
         self.fault_specs = list(fault_specs)
+        self.expected_timers = 0  # the population's size, once built (a backend may size itself by it)
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
@@ -183,7 +184,7 @@ class RunSession:
     async def main(self) -> int:
         from loadgen.population import build
         from metrics.sampler import describe_postgres
-        from schedulers.base import StoreContext
+        from schedulers.base import StoreContext, with_expected_timers
 
         loop = asyncio.get_running_loop()
         self._install_sigint(loop)
@@ -216,6 +217,9 @@ class RunSession:
             self.load.update(periodic_triggers=int(periodic.sum()), interval_max_s=interval_max_s)
             ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
                                state_bytes=self.w.state_bytes)
+            # a backend that sizes itself (temporal_shards' initial shard count) learns the population
+            self.expected_timers = len(population)
+            self.options = with_expected_timers(getattr(self.cls, "default_options", {}), self.options, len(population))
             scheduler = self.make_scheduler(ctx)
             self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
             # what the design promises with these options (its lag bound is the report's default SLO)

@@ -41,7 +41,10 @@
     effect for that delivery.
 ``samples.parquet``
     Long format (:data:`SAMPLES_SCHEMA`): scope ``run`` for run-wide metrics, else a relation
-    ``schema.table`` or its TOAST table ``schema.table#toast``.
+    ``schema.table`` or its TOAST table ``schema.table#toast``. A backend's ``stats()`` gauges
+    are run-scope metrics ``backend.<name>``; among them a backend that counts its batches
+    (temporal_shards) records the batch-size distribution as cumulative counters, read for a
+    window by :func:`batch_sizes_in_window` (no per-batch file: nothing to gather from nodes).
 ``summary.json``
     :func:`compute_summary` of the three files above. A directory without one (the run was
     killed) is read from its segments: :func:`read_fires` and :func:`read_samples` fall back to
@@ -215,6 +218,60 @@ STEADY_STATE_CYCLES = 2.0  # fires due per trigger in the window, at least, for 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
 EXIT_INCORRECT = 4  # bench run's exit code when a complete run lost a fire or duplicated a keyed effect
 TOAST_SUFFIX = "#toast"
+BACKEND_GAUGE = "backend."  # a stats() gauge in the samples: scope "run", metric "backend.<name>"
+# The batch-size gauges schedulers.base.BatchSizes writes (named again here: a report never
+# imports schedulers; tests/unit/test_shard_sizing.py holds the two equal).
+BATCH_SIZE_BIN_GAUGE = "batch_size_bin_"  # + upper edge: batches of (edge - width, edge] timers
+BATCHES_CLOSED_GAUGE = "batches_closed_"  # + reason
+BATCH_BIN_WIDTH_GAUGE = "batches_bin_width"  # timers
+
+
+def batch_sizes_in_window(samples: Any, start: float, end: float) -> dict[str, Any] | None:
+    """The batches a backend handed to its processors between ``start`` and ``end`` (epoch s),
+    from its cumulative batch-size gauges (:class:`schedulers.base.BatchSizes`) in the samples
+    (a data frame with ``t, scope, metric, value``): each counter's last sample at or before
+    ``end`` less its last at or before ``start`` (0 before its first sample).
+
+    Returns ``{"batches", "timers", "mean", "bins": {upper edge: batches}, "closed": {reason:
+    batches}, "bin_width"}`` (bin width in timers) or None when the run has no such gauges (a backend that does not
+    count its batches, or a run whose batches ran in ``--nodes`` processes)."""
+    if samples is None or len(samples) == 0:
+        return None
+    t = np.asarray(samples["t"], dtype="float64")
+    scope = np.asarray(samples["scope"], dtype=object)
+    metric = np.asarray(samples["metric"], dtype=object)
+    value = np.asarray(samples["value"], dtype="float64")
+    run = scope == "run"
+    wanted = (f"{BACKEND_GAUGE}batches", f"{BACKEND_GAUGE}batched_timers", f"{BACKEND_GAUGE}{BATCH_BIN_WIDTH_GAUGE}")
+    prefixes = (f"{BACKEND_GAUGE}{BATCH_SIZE_BIN_GAUGE}", f"{BACKEND_GAUGE}{BATCHES_CLOSED_GAUGE}")
+    names = {m for m in set(metric[run].tolist()) if m in wanted or m.startswith(prefixes)}
+    if f"{BACKEND_GAUGE}batches" not in names:
+        return None
+
+    def delta(name: str) -> float:
+        sel = run & (metric == name)
+        ts, vs = t[sel], value[sel]
+        order = np.argsort(ts, kind="stable")
+        ts, vs = ts[order], vs[order]
+        i_end = np.searchsorted(ts, end, side="right") - 1
+        i_start = np.searchsorted(ts, start, side="right") - 1
+        at_end = vs[i_end] if i_end >= 0 else 0.0
+        at_start = vs[i_start] if i_start >= 0 else 0.0
+        return float(at_end - at_start)
+
+    bins = {int(n[len(prefixes[0]):]): delta(n) for n in names if n.startswith(prefixes[0])}
+    closed = {n[len(prefixes[1]):]: delta(n) for n in names if n.startswith(prefixes[1])}
+    batches = delta(wanted[0])
+    timers = delta(wanted[1])
+    widths = value[run & (metric == wanted[2])]
+    return {
+        "batches": batches,
+        "timers": timers,
+        "mean": timers / batches if batches > 0 else None,
+        "bins": {edge: n for edge, n in sorted(bins.items()) if n > 0},
+        "closed": {reason: n for reason, n in sorted(closed.items()) if n > 0},
+        "bin_width": float(widths[-1]) if len(widths) else None,
+    }
 
 
 def new_run_dir(out: str | Path, scheduler: str, started_at: float) -> Path:

@@ -163,6 +163,14 @@ class Run:
         out = rel.groupby("t", as_index=False).agg(elapsed_s=("elapsed_s", "min"), value=("value", "sum"))
         return out[["elapsed_s", "value"]].sort_values("elapsed_s")
 
+    def batch_sizes(self) -> dict[str, Any] | None:
+        """The batches the backend handed to its processors in the measured window, from its
+        batch-size gauges (:func:`metrics.rundir.batch_sizes_in_window`); None without them."""
+        start, end = self.window.get("measure_start"), self.window.get("measure_end")
+        if start is None or end is None or self.samples.empty:
+            return None
+        return rundir.batch_sizes_in_window(self.samples, float(start), float(end))
+
     def has_relations(self) -> bool:
         return not self.samples.empty and bool((self.samples["scope"] != "run").any())
 

@@ -221,6 +221,38 @@ def sizes_over_time(runs: list[Run]) -> bytes:
     ], ylabel_fmt=mib)
 
 
+SEED_BATCH_SIZES = (200, 250)  # seeds/003: "Our actual batches contain about 200 to 250 timers" (556 fires/s)
+_HATCHES = {"-": None, "--": "//", ":": "..", "-.": "xx"}  # a second run of one scheduler, as its line style
+
+
+def has_batch_sizes(runs: list[Run]) -> bool:
+    return any((b := r.batch_sizes()) and b["batches"] > 0 for r in runs)
+
+
+def batch_size_histogram(runs: list[Run]) -> bytes:
+    """Share of batches by size (bins of the backend's gauges) in the measured window, one bar
+    group per run, the seed's 200-250 shaded; the legend says each run's mean and why its
+    batches closed."""
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    drawn = [(r, st, b) for r, st in zip(runs, _styles(runs)) if (b := r.batch_sizes()) and b["batches"] > 0]
+    lo, hi = SEED_BATCH_SIZES
+    ax.axvspan(lo, hi, color="#f2c14e", alpha=0.3, lw=0, label=f"seeds/003: {lo}-{hi} timers a batch at 556 fires/s")
+    for j, (r, st, b) in enumerate(drawn):
+        width = float(b["bin_width"])
+        edges = np.array(sorted(b["bins"]), dtype=float)
+        share = np.array([b["bins"][int(e)] for e in edges]) / b["batches"]
+        closed = ", ".join(f"{why.replace('_', ' ')} {n / b['batches']:.0%}" for why, n in b["closed"].items())
+        label = f"{r.label}: {b['batches']:,.0f} batches, mean {b['mean']:,.0f}" + (f"; closed {closed}" if closed else "")
+        ax.bar(edges - width + width * (j + 0.5) / len(drawn), share, width=width / len(drawn),
+               color=st["color"], hatch=_HATCHES.get(st["linestyle"]), edgecolor="white", lw=0.4, label=label)
+    ax.set_xlabel("timers in a batch (bins of 25, named by their upper edge) — measured window")
+    ax.set_ylabel("share of the run's batches")
+    ax.set_xlim(left=0)
+    ax.grid(True, axis="y", alpha=0.25)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
 # key, title, caption, renderer. The order is the figure numbering the narrative cites.
 FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
     ("lag_cdf", "Lag distribution", "Cumulative distribution of the lag of every fire due in the measured window (warm-up excluded); log x. Lag = fired − max(due, armed); a fire never delivered counts as infinitely late, so its run's curve stays below 1.", lag_cdf),
@@ -232,17 +264,28 @@ FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
 ]
 
 
+# Figures only some runs can have: (key, title, caption, renderer, whether these runs have it),
+# numbered after FIGURE_SPECS in this order when present.
+OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], Callable[[list[Run]], bool]]] = [
+    ("batch_sizes", "Batch sizes", "Share of the batches each backend handed to its processors by size, in the measured window "
+     "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason it closed: "
+     "full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers a batch seeds/003 "
+     "reports at 556 fires/s. At a steady rate a shard flushes about every MaxLag, so its batches hold about "
+     "rate × MaxLag / shards timers.", batch_size_histogram, has_batch_sizes),
+]
+
+
 def figure_number(key: str) -> int:
     return next(i for i, spec in enumerate(FIGURE_SPECS, 1) if spec[0] == key)
 
 
 def render_figures(runs: list[Run]) -> list[Figure]:
-    figs = [Figure(key, title, caption, render(runs), number=i)
-            for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
-    if any(overloaded(r) for r in runs):  # numbered after the fixed figures the narrative cites
-        key, title, caption, render = OVERLOAD_SPEC
-        figs.append(Figure(key, title, caption, render(runs), number=len(figs) + 1))
-    return figs
+    figures = [Figure(key, title, caption, render(runs), number=i)
+               for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
+    for key, title, caption, render, present in OPTIONAL_FIGURE_SPECS:
+        if present(runs):
+            figures.append(Figure(key, title, caption, render(runs), number=len(figures) + 1))
+    return figures
 
 
 def tenant_p99(runs: list[Run]) -> bytes:
@@ -308,3 +351,10 @@ OVERLOAD_SPEC = ("overload", "Overload profile",
                  "sample to sample. A design that collapses under overload shows goodput falling while the backlog and "
                  "the work per fire climb; one that degrades gracefully keeps its goodput and lets lag grow.",
                  overload_profile)
+
+
+def has_overload(runs: list[Run]) -> bool:
+    return any(overloaded(r) for r in runs)
+
+
+OPTIONAL_FIGURE_SPECS.insert(0, (*OVERLOAD_SPEC, has_overload))  # the overload profile first, as before

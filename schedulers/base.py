@@ -407,3 +407,56 @@ class RunLoop:
             logging.getLogger("timerbench.schedulers").exception("a batch failed; its claims will lapse")
         finally:
             self.slots.release()
+
+
+# -- gauges a backend may share ------------------------------------------------------------
+
+EXPECTED_TIMERS = "expected_timers"  # option: a backend that sizes itself by the population declares it
+
+
+def with_expected_timers(defaults: Mapping[str, Any], options: Mapping[str, Any], timers: int) -> dict[str, Any]:
+    """``options`` with :data:`EXPECTED_TIMERS` set to ``timers`` (the population a run is about
+    to arm) when the backend declares that option and it is still 0 (unknown): the run tells a
+    backend its size up front, and config.json records what it was told."""
+    out = dict(options)
+    if EXPECTED_TIMERS in defaults and not out.get(EXPECTED_TIMERS):
+        out[EXPECTED_TIMERS] = int(timers)
+    return out
+
+
+BATCH_SIZE_BIN = 25  # timers: width of a bin of the batch-size histogram
+# gauge names; metrics.rundir reads them (and names them again, since reports never import schedulers)
+BATCH_SIZE_BIN_GAUGE = "batch_size_bin_"  # + upper edge: batches of (edge - BATCH_SIZE_BIN, edge] timers
+BATCHES_CLOSED_GAUGE = "batches_closed_"  # + reason: batches flushed for that reason (full, max_lag)
+BATCH_BIN_WIDTH_GAUGE = "batches_bin_width"  # BATCH_SIZE_BIN, so a reader needs no constant
+
+
+class BatchSizes:
+    """Sizes of the batches a backend hands to its processors, as cumulative ``stats()``
+    counters, so the sampler records them every second and a report can take any window's
+    histogram as the difference of two samples (no per-batch file, nothing to gather from
+    nodes). Gauges: ``batches``, ``batched_timers``, one ``batch_size_bin_<edge>`` per bin that
+    has seen a batch (bins ``BATCH_SIZE_BIN`` timers wide, named by their upper edge, the width
+    in ``batches_bin_width``) and ``batches_closed_<reason>`` when the backend says why it closed
+    each batch. The counters are this process's: with ``--nodes`` the batches run elsewhere."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.timers = 0
+        self.bins: dict[int, int] = {}  # upper edge -> batches
+        self.closed: dict[str, int] = {}  # reason -> batches
+
+    def add(self, size: int, closed_by: str = "") -> None:
+        self.batches += 1
+        self.timers += size
+        edge = max(1, -(-size // BATCH_SIZE_BIN)) * BATCH_SIZE_BIN
+        self.bins[edge] = self.bins.get(edge, 0) + 1
+        if closed_by:
+            self.closed[closed_by] = self.closed.get(closed_by, 0) + 1
+
+    def gauges(self) -> dict[str, float]:
+        out = {"batches": float(self.batches), "batched_timers": float(self.timers),
+               BATCH_BIN_WIDTH_GAUGE: float(BATCH_SIZE_BIN)}
+        out.update({f"{BATCH_SIZE_BIN_GAUGE}{edge}": float(n) for edge, n in sorted(self.bins.items())})
+        out.update({f"{BATCHES_CLOSED_GAUGE}{reason}": float(n) for reason, n in sorted(self.closed.items())})
+        return out

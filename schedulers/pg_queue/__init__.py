@@ -19,7 +19,16 @@ The cycle, and its four writes per poll (seeds/003: "one insert, two updates, an
       select up to ``batch`` due rows (seeds/003: 800), oldest ``next_fire_at`` first, with
       ``FOR UPDATE SKIP LOCKED``, and mark them claimed (``status``, ``claimed_by``,
       ``claimed_at``, ``attempts``). ``claimed_by`` is indexed, so this update is never HOT.
-    * The processor of the timers' type polls (no write) and returns one outcome per fire.
+    * The processor of the timers' type polls (no write) and returns one outcome per fire. With
+      ``hold_tick_tx`` (the default, as the seed's tick did it) the tick's transaction is open
+      around the claim and this hand-off: it takes an xid before the claim (``tick_hold``) and
+      ends once the processor has the outcomes, so the vacuum horizon stays where it was for as
+      long as the tick takes (seeds/003: "Slower ticks held transactions and snapshots open
+      longer, delaying cleanup further", the feedback that made the doom loop a loop). The claim
+      itself still commits on its own: held in the tick's transaction, its row locks would make
+      an ``arm()`` moving an in-flight timer wait for the poll (and a processor that waits for
+      that arm, never return). With ``hold_tick_tx`` off nothing stays open while the processor
+      polls (the improvement a team would try first).
 
     Then one transaction commits the poll:
 
@@ -119,6 +128,9 @@ class PgQueueScheduler:
         "inflight_batches": 4,  # claimed batches polled concurrently per run loop
         "batch_time_s": 1.0,  # allowance to claim and hand over one batch, seconds (enters max_lag_s)
         "pool_size": 8,  # Postgres connections per scheduler instance
+        # True: the tick's transaction (an xid: the vacuum horizon) stays open through the claim and
+        # the hand-off to the processor, as seeds/003's tick did; False: nothing open while polling
+        "hold_tick_tx": True,
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.1, "stale_claim_s": 2.0, "batch": 50}
     needs_postgres = True
@@ -133,6 +145,7 @@ class PgQueueScheduler:
         self.inflight_batches = o["inflight_batches"]
         self.batch_time_s = o["batch_time_s"]
         self.pool_size = o["pool_size"]
+        self.hold_tick_tx = o["hold_tick_tx"]
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + self.batch_time_s,
             per_tenant_fairness=False,
@@ -259,18 +272,33 @@ class PgQueueScheduler:
                 if not await loop.take_slot(stop):  # all batches busy: this tick waits (no overlap beyond the limit)
                     break
                 try:
+                    if self.hold_tick_tx:
+                        # The tick's transaction lives in its batch task, in the slot just taken
+                        # (it ends after the hand-off); the loop waits for its claim only.
+                        claimed: asyncio.Future = asyncio.get_running_loop().create_future()
+                        task = loop.start_batch(self._held_tick, pool, processors, owner, batch_no + 1, claimed)
+                        task.add_done_callback(self._note_error)
+                        fires = await claimed
+                        self.ticks += 1
+                        self.last_tick_at = time.time()
+                        if fires:
+                            batch_no += 1
+                        await self._sleep_out_tick(started, stop)
+                        continue
                     fires, claimed_at = await self._claim(pool, owner, batch_no)
                 except psycopg.OperationalError as exc:
                     # The server went away (a restart, a failover): the claim's statement either
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
-                    loop.slots.release()
+                    if not self.hold_tick_tx:  # else the tick's task gave its slot back
+                        loop.slots.release()
                     self.claim_errors += 1
                     self.last_error = exc
                     await nap(self.tick_s, stop)
                     continue
                 except BaseException:
-                    loop.slots.release()
+                    if not self.hold_tick_tx:  # else the tick's task gives its slot back itself
+                        loop.slots.release()
                     raise
                 self.ticks += 1
                 self.last_tick_at = time.time()
@@ -280,10 +308,63 @@ class PgQueueScheduler:
                     task.add_done_callback(self._note_error)
                 else:
                     loop.slots.release()
-                # One claim per tick, as the seed's scheduler: sleep out the rest of the tick.
-                wait_s = self.tick_s - (time.monotonic() - started)
-                if wait_s > 0:
-                    await nap(wait_s, stop)
+                await self._sleep_out_tick(started, stop)
+
+    async def _sleep_out_tick(self, started: float, stop: asyncio.Event) -> None:
+        """One claim per tick, as the seed's scheduler: sleep out the rest of the tick."""
+        wait_s = self.tick_s - (time.monotonic() - started)
+        if wait_s > 0:
+            await nap(wait_s, stop)
+
+    async def _held_tick(
+        self,
+        pool: AsyncConnectionPool,
+        processors: Mapping[str, Processor],
+        owner: str,
+        batch_no: int,
+        claimed: asyncio.Future,
+    ) -> None:
+        """One tick as seeds/003's scheduler ran it (``hold_tick_tx``): open the tick's
+        transaction with an xid, claim (committed on its own), hand the batch to the processor and
+        end the tick's transaction once the processor has the outcomes; then write the poll's
+        results in the commit transaction. ``claimed`` gets the claimed fires (or the error of the
+        tick's first statements, which the run loop handles as a claim's)."""
+        try:
+            async with pool.connection() as held:
+                async with held.transaction():
+                    await held.execute(self.q["tick_hold"])
+                    fires, claimed_at = await self._claim(pool, owner, batch_no)
+                    claimed.set_result(fires)
+                    if not fires:
+                        return
+                    # The hand-off, with the tick's xid running: vacuum keeps every dead tuple
+                    # younger than it until the processor has answered.
+                    polled = [(group, await self._poll(processors, type_, group))
+                              for type_, group in self._by_type(fires).items()]
+        except BaseException as exc:
+            if not claimed.done():  # the claim itself failed: the tick's error, not a batch's
+                claimed.set_exception(exc)
+                if isinstance(exc, Exception):
+                    return
+            raise
+        for group, (processor, outcomes) in polled:
+            delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+            processor.committed(group, delivered)
+
+    @staticmethod
+    def _by_type(fires: list[Fire]) -> dict[str, list[Fire]]:
+        by_type: dict[str, list[Fire]] = {}
+        for f in fires:
+            by_type.setdefault(f.type, []).append(f)
+        return by_type
+
+    @staticmethod
+    async def _poll(processors: Mapping[str, Processor], type_: str, group: list[Fire]) -> tuple[Processor, list[Outcome]]:
+        processor = processors[type_]
+        outcomes = list(await processor.process(group))
+        if len(outcomes) != len(group):
+            raise ValueError(f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires")
+        return processor, outcomes
 
     def _note_error(self, task: asyncio.Task) -> None:
         # A batch that failed keeps its claims until the stale-claim timeout (a first version
@@ -317,16 +398,8 @@ class PgQueueScheduler:
         claimed_at: Any,
         owner: str,
     ) -> None:
-        by_type: dict[str, list[Fire]] = {}
-        for f in fires:
-            by_type.setdefault(f.type, []).append(f)
-        for type_, group in by_type.items():
-            processor = processors[type_]
-            outcomes = list(await processor.process(group))
-            if len(outcomes) != len(group):
-                raise ValueError(
-                    f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires"
-                )
+        for type_, group in self._by_type(fires).items():
+            processor, outcomes = await self._poll(processors, type_, group)
             delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
             processor.committed(group, delivered)
 

@@ -26,11 +26,21 @@ ON CONFLICT (id) DO UPDATE SET
     attempts = 0,
     updated_at = now();
 
+-- name: tick_hold
+-- Opens the tick's transaction (hold_tick_tx): an xid, taken before the claim and kept until the
+-- processor has polled the batch. Vacuum cannot remove a version any running xid may still see,
+-- so for as long as the tick takes no dead tuple younger than it goes, in any table of the
+-- database (seeds/003: "Slower ticks held transactions and snapshots open longer, delaying
+-- cleanup further"). It writes nothing and locks no row: an arm() moving a claimed timer does not
+-- wait for the poll.
+SELECT pg_current_xact_id();
+
 -- name: claim_due
 -- Write 1 of 4 (UPDATE): the once-per-tick due-work query. Walks triggers_next_fire_at_idx from
 -- the oldest fire time, skips rows another runner has locked, takes up to `batch` rows that are
 -- free or whose claim went stale, and marks them claimed. Runs as its own autocommit statement so
--- the claim is durable before any provider is polled.
+-- the claim is durable (and its row locks gone) before any provider is polled; with hold_tick_tx
+-- the tick's transaction (tick_hold) is open around it until the poll has answered.
 WITH due AS (
     SELECT id
     FROM {schema}.triggers

@@ -6,10 +6,13 @@ Data flow:
   onto a consistent-hash ring with bounded loads (``ring.py``) and sends **one signal per shard
   per call** with signal-with-start, so a shard that does not exist yet is created.
 * Each shard (``workflows.ShardWorkflow``) holds a min-heap per timer type; due timers move to a
-  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: about
-  250) or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps
-  until the earliest fire time plus MaxLag. It continues as new, carrying the heap, when Temporal
-  suggests it or its history passes ``history_bound``.
+  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: 800)
+  or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps until
+  the earliest fire time plus MaxLag, so at a steady rate a shard flushes every ~MaxLag and its
+  batches hold about rate x MaxLag / shards timers (seeds/003: 200-250 at 556 fires/s); a full
+  batch closes only under a backlog. It continues as new, carrying the heap, when Temporal
+  suggests it or its history passes ``history_bound``; its Continue-As-New payload is measured
+  and a shard nearing Temporal's 2 MB limit splits (``workflows``).
 * The batch poller's activity (``activities.py``) claims the rows **by primary key** with a lease
   (only rows still at the version the shard fired: a moved timer's stale copy claims nothing),
   calls the processor, commits effects + changed state + the next fire time in one transaction,
@@ -17,6 +20,17 @@ Data flow:
 * Shards write their timer counts to a utilisation table; a controller workflow grows the shard
   count above 80 % average utilisation, targeting 60 %. Rebalancing is lazy: a timer moves when it
   re-arms, and an overloaded shard forwards its long-horizon timers.
+* The initial shard count (``shards`` 0, the default) is the count the controller would grow to
+  for ``expected_timers`` (a run sets it to its population's size): ceil(expected / (grow_target x
+  timer_cap)), so a run starts within the 5,000-timer cap instead of measuring a scale-out in
+  progress. ``shards=N`` starts with exactly N; with neither, 4.
+
+Where it follows seeds/003 and where an option departs (every default is the seed's):
+
+* ``batch`` 800 flushed at MaxLag (seeds/003); a smaller ``batch`` closes batches on size.
+* ``skip_unchanged_state`` off: every commit writes the poll state, as the seed measured (TOAST
+  writes up a third); on, the optimisation the seed lists as "next on the list".
+* ``payload_limit_bytes`` 2 MiB (Temporal's default blob limit) and ``split_payload_frac`` 0.5.
 
 Crash semantics: cancelling ``run()`` shuts its worker down without releasing claims; Temporal
 retries the interrupted batch activity (on failure, or after the heartbeat timeout ``lease_s``
@@ -28,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import time
@@ -42,7 +57,17 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from schedulers.base import Capabilities, Processor, RunLoop, StoreContext, Timer, resolve_options, us
+from schedulers.base import (
+    EXPECTED_TIMERS,
+    BatchSizes,
+    Capabilities,
+    Processor,
+    RunLoop,
+    StoreContext,
+    Timer,
+    resolve_options,
+    us,
+)
 from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
@@ -52,6 +77,7 @@ from schedulers.temporal_shards.workflows import (
     CONTROLLER_WORKFLOW,
     E_ID,
     SHARD_WORKFLOW,
+    PAYLOAD_LIMIT_BYTES,
     ArmSignal,
     BatchPollerWorkflow,
     ControllerInput,
@@ -59,11 +85,26 @@ from schedulers.temporal_shards.workflows import (
     ShardConfig,
     ShardInput,
     ShardWorkflow,
+    chunk_bytes,
+    chunks,
+    timer_bytes,
 )
 
 HERE = Path(__file__).parent
 EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
 EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
+SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expected_timers is given
+
+
+def initial_shards(shards: int, expected_timers: int, timer_cap: int, grow_target: float) -> int:
+    """``shards`` when given (> 0); else the count the controller would grow to for
+    ``expected_timers`` timers: average utilisation ``grow_target`` of ``timer_cap`` (seeds/003:
+    60 % of 5,000); else :data:`SHARDS_WHEN_UNKNOWN`."""
+    if shards > 0:
+        return shards
+    if expected_timers > 0:
+        return max(1, math.ceil(expected_timers / (grow_target * timer_cap)))
+    return SHARDS_WHEN_UNKNOWN
 
 
 def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
@@ -87,9 +128,12 @@ class TemporalShardsScheduler:
     name = "temporal_shards"
     description = "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
     default_options: dict[str, Any] = {
-        "shards": 4,  # initial shard count; the controller grows it
+        # initial shard count; 0: what the controller would grow to for expected_timers, 60 % of the
+        # 5,000-timer cap (seeds/003), so a run starts within the cap (initial_shards). It grows from there
+        "shards": 0,
+        EXPECTED_TIMERS: 0,  # timers the run will arm (a run sets its population size); 0: unknown
         "eps": 0.25,  # bounded-load slack: a shard holds at most ceil((1 + eps) * m / n) timers
-        "batch": 250,  # timers per batch poller, default for every type (seeds/003: 200-250)
+        "batch": 800,  # timers per full batch, default for every type (seeds/003: full batches of 800)
         "max_lag_s": 10.0,  # seconds a due timer may wait for its batch (seeds/003: polling MaxLag)
         "types": "",  # per-type overrides "type=batch/max_lag_s,..." (seeds/003: callbacks differ)
         "timer_cap": 5000,  # timers per shard = 100 % utilisation (seeds/003: 5,000 for headroom)
@@ -107,6 +151,11 @@ class TemporalShardsScheduler:
         "max_concurrent_activities": 32,  # batch activities per worker
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
+        "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged (seeds/003: "next on the list")
+        "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (seeds/003: 2 MB)
+        # a shard whose Continue-As-New payload passes this share of the limit splits (not in the seed,
+        # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
+        "split_payload_frac": 0.5,
     }
     conformance_options: dict[str, Any] = {
         "shards": 2,
@@ -126,6 +175,16 @@ class TemporalShardsScheduler:
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
         self.ctx = ctx
         self.options = o = resolve_options(self.name, self.default_options, options)
+        if int(o["payload_limit_bytes"]) <= 0 or not 0 < float(o["split_payload_frac"]) <= 1:
+            raise ValueError(
+                "temporal_shards: payload_limit_bytes must be > 0 and split_payload_frac in (0, 1], got "
+                f"{o['payload_limit_bytes']} and {o['split_payload_frac']}"
+            )
+        # The resolved options carry the shard count the run starts with, so config.json says it
+        # and nodes given these options start the same ring.
+        o["shards"] = initial_shards(int(o["shards"]), int(o[EXPECTED_TIMERS]), int(o["timer_cap"]),
+                                     float(o["grow_target"]))
+        self.skip_unchanged_state = bool(o["skip_unchanged_state"])
         self.per_type = parse_types(o["types"])
         self.lease_s = o["lease_s"]
         self.eps = o["eps"]
@@ -145,6 +204,8 @@ class TemporalShardsScheduler:
             forward_horizon_s=o["forward_horizon_s"],
             lease_s=self.lease_s,
             retry_initial_s=o["retry_initial_s"],
+            payload_limit_bytes=o["payload_limit_bytes"],
+            split_payload_frac=o["split_payload_frac"],
         )
         max_lag = max([o["max_lag_s"]] + [v[1] for v in self.per_type.values()])
         self.capabilities = Capabilities(
@@ -163,6 +224,7 @@ class TemporalShardsScheduler:
         # schedulers.base: rows the batch activities of this instance's workers claimed by key,
         # counted again when a retried activity (after a crash or a lapsed lease) takes them over
         self.claimed_timers = 0
+        self.batch_sizes = BatchSizes()  # batches this process's batch activities received (first attempts)
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
@@ -286,11 +348,17 @@ class TemporalShardsScheduler:
         await self.send_to(placed, key)
 
     async def send_to(self, placed: Sequence[tuple[int, list]], key: str) -> None:
-        """One signal-with-start per shard, each with its own idempotency key."""
+        """One signal-with-start per shard, each with its own idempotency key; a shard's timers
+        that would make a signal over a quarter of the payload limit go in several signals."""
         by_shard: dict[int, list[list]] = {}
         for s, t in placed:
             by_shard.setdefault(s, []).append(t)
-        await asyncio.gather(*(self._signal(s, ts, f"{key}/{s}") for s, ts in by_shard.items()))
+        limit = chunk_bytes(int(self.options["payload_limit_bytes"]))
+        signals = []
+        for s, ts in by_shard.items():
+            for i, piece in enumerate(chunks(ts, limit)):
+                signals.append(self._signal(s, piece, f"{key}/{s}" if i == 0 else f"{key}/{s}.{i}"))
+        await asyncio.gather(*signals)
 
     async def _signal(self, shard: int, timers: list[list], key: str) -> None:
         assert self.client is not None, "call setup() first"
@@ -315,6 +383,7 @@ class TemporalShardsScheduler:
     async def arm(self, timers: Sequence[Timer]) -> None:
         if not timers:
             return
+        self._refuse_oversized(timers)
         if self.pool is None or self.client is None:
             await self._connect()
         armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
@@ -323,6 +392,19 @@ class TemporalShardsScheduler:
             for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)
         ]
         await self.send(entries, key=uuid.uuid4().hex)
+
+    def _refuse_oversized(self, timers: Sequence[Timer]) -> None:
+        """A timer that alone would fill a quarter of the payload limit could never travel in a
+        signal or be carried across Continue-As-New safely: refuse the arm, before any write."""
+        limit = chunk_bytes(int(self.options["payload_limit_bytes"]))
+        for t in timers:
+            size = timer_bytes([t.id, 0.0, 0, 0.0, t.type, t.tenant_id, t.priority]) + 40  # times, version
+            if size > limit:
+                raise ValueError(
+                    f"temporal_shards: timer {t.id[:40]!r} encodes to ~{size} bytes, over the {limit}-byte share of "
+                    f"payload_limit_bytes={self.options['payload_limit_bytes']} one timer may take; shorten its id, "
+                    "type or tenant, or raise payload_limit_bytes"
+                )
 
     # -- the worker ----------------------------------------------------------------------------
 
@@ -410,13 +492,28 @@ class TemporalShardsScheduler:
         timers = [0] * n
         cans = 0
         max_can = 0
-        for shard, count, util, hist, can, last_can, max_can_h in rows:
+        payload = {"payload_bytes_max": 0, "max_payload_bytes": 0, "max_can_payload_bytes": 0, "splits": 0,
+                   "can_postponed": 0}
+        for (shard, count, util, hist, can, last_can, max_can_h, p_bytes, max_p_bytes, last_can_p, max_can_p,
+             splits, postponed) in rows:
             if shard < n:
                 timers[shard] = count
             out[f"shard_{shard}_timers"] = float(count)
             out[f"shard_{shard}_history"] = float(hist)
+            # the Continue-As-New payload: measured at the shard's last report, and the one its
+            # last Continue-As-New carried (a step in the samples at each Continue-As-New)
+            out[f"shard_{shard}_payload_bytes"] = float(p_bytes)
+            out[f"shard_{shard}_can_payload_bytes"] = float(last_can_p)
             cans += can
             max_can = max(max_can, max_can_h)
+            payload["payload_bytes_max"] = max(payload["payload_bytes_max"], p_bytes)  # largest now
+            payload["max_payload_bytes"] = max(payload["max_payload_bytes"], max_p_bytes)  # largest ever
+            payload["max_can_payload_bytes"] = max(payload["max_can_payload_bytes"], max_can_p)
+            payload["splits"] += splits
+            payload["can_postponed"] += postponed
+        out.update({k: float(v) for k, v in payload.items()})
+        out["payload_limit_bytes"] = float(self.options["payload_limit_bytes"])
+        out.update(self.batch_sizes.gauges())
         total = sum(timers)
         cap = self.options["timer_cap"]
         out["timers"] = float(total)

@@ -18,6 +18,12 @@ UPDATE {schema}.ring SET shard_count = %(shards)s, grows = grows + 1, grown_at =
 WHERE shard_count < %(shards)s
 RETURNING shard_count;
 
+-- name: ring_split
+-- A shard whose Continue-As-New payload passed its split mark adds one shard (whatever the
+-- controller does meanwhile: both only grow).
+UPDATE {schema}.ring SET shard_count = shard_count + 1, grows = grows + 1, grown_at = now()
+RETURNING shard_count;
+
 -- name: arm_upsert
 -- Arm or move: a new fire time bumps the version (older copies on any shard go stale) and
 -- drops any lease, since the newer arm wins over an in-flight fire.
@@ -93,7 +99,8 @@ ON CONFLICT (trigger_id, due_at) DO NOTHING
 RETURNING trigger_id;
 
 -- name: write_state
--- Only for fires whose poll state changed.
+-- The poll state of every committed fire (seeds/003), or with skip_unchanged_state only of the
+-- fires whose poll changed it. Either way a new value: all of its TOAST chunks are written anew.
 UPDATE {schema}.trigger_state s SET state = u.state
 FROM unnest(%(ids)s::text[], %(states)b::bytea[]) AS u(id, state)
 WHERE s.id = u.id;
@@ -111,27 +118,44 @@ RETURNING t.id, t.version, t.type, t.tenant_id, t.priority,
           extract(epoch FROM t.armed_at)::float8 AS armed_at;
 
 -- name: util_report
-INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, reported_at)
-VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, now())
+-- A shard's periodic report: timers held, history so far, its Continue-As-New payload measured
+-- now (and the largest so far), splits and postponed Continue-As-New since its last report.
+INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, payload_bytes,
+                                      max_payload_bytes, splits, can_postponed, reported_at)
+VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, %(payload_bytes)s, %(payload_bytes)s,
+        %(splits)s, %(can_postponed)s, now())
 ON CONFLICT (shard) DO UPDATE
 SET timers = EXCLUDED.timers, utilisation = EXCLUDED.utilisation,
-    history_length = EXCLUDED.history_length, reported_at = now();
+    history_length = EXCLUDED.history_length, payload_bytes = EXCLUDED.payload_bytes,
+    max_payload_bytes = greatest(u.max_payload_bytes, EXCLUDED.payload_bytes),
+    splits = u.splits + EXCLUDED.splits, can_postponed = u.can_postponed + EXCLUDED.can_postponed,
+    reported_at = now();
 
 -- name: util_continued
--- A shard continued as new at this history length.
-INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, can_count, last_can_history, max_can_history)
-VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, 1, %(history_length)s, %(history_length)s)
+-- A shard continued as new at this history length, carrying a payload of this size.
+INSERT INTO {schema}.shard_util AS u (shard, timers, utilisation, history_length, can_count, last_can_history,
+                                      max_can_history, payload_bytes, max_payload_bytes, last_can_payload_bytes,
+                                      max_can_payload_bytes, splits, can_postponed)
+VALUES (%(shard)s, %(timers)s, %(utilisation)s, %(history_length)s, 1, %(history_length)s, %(history_length)s,
+        %(payload_bytes)s, %(payload_bytes)s, %(payload_bytes)s, %(payload_bytes)s, %(splits)s, %(can_postponed)s)
 ON CONFLICT (shard) DO UPDATE
 SET timers = EXCLUDED.timers, utilisation = EXCLUDED.utilisation, history_length = 0,
     can_count = u.can_count + 1, last_can_history = EXCLUDED.last_can_history,
-    max_can_history = greatest(u.max_can_history, EXCLUDED.max_can_history), reported_at = now();
+    max_can_history = greatest(u.max_can_history, EXCLUDED.max_can_history),
+    payload_bytes = EXCLUDED.payload_bytes,
+    max_payload_bytes = greatest(u.max_payload_bytes, EXCLUDED.payload_bytes),
+    last_can_payload_bytes = EXCLUDED.payload_bytes,
+    max_can_payload_bytes = greatest(u.max_can_payload_bytes, EXCLUDED.payload_bytes),
+    splits = u.splits + EXCLUDED.splits, can_postponed = u.can_postponed + EXCLUDED.can_postponed,
+    reported_at = now();
 
 -- name: loads_read
 -- What callers place by: each shard's last reported count and when it reported.
 SELECT shard, timers, extract(epoch FROM reported_at)::float8 AS reported_at FROM {schema}.shard_util;
 
 -- name: util_read
-SELECT shard, timers, utilisation, history_length, can_count, last_can_history, max_can_history
+SELECT shard, timers, utilisation, history_length, can_count, last_can_history, max_can_history,
+       payload_bytes, max_payload_bytes, last_can_payload_bytes, max_can_payload_bytes, splits, can_postponed
 FROM {schema}.shard_util ORDER BY shard;
 
 -- name: export_armed

@@ -25,8 +25,10 @@ CREATE TABLE IF NOT EXISTS {schema}.trigger (
 
 -- name: state_table
 -- The wide encrypted poll state, in its own table updated by key (TOASTed when large), so a
--- claim or lease extension on the narrow trigger row never rewrites it; a commit rewrites it
--- only when the poll cursor changed (seeds/003: "Skipping that write ... is next on the list").
+-- claim or lease extension on the narrow trigger row never rewrites it. A commit rewrites it on
+-- every fire, as seeds/003 measured ("Every commit writes freshly encrypted poll state", so TOAST
+-- writes went up by about a third), or only when the poll cursor changed with the option
+-- skip_unchanged_state (seeds/003: "Skipping that write ... is next on the list").
 CREATE TABLE IF NOT EXISTS {schema}.trigger_state (
     id    text PRIMARY KEY,
     state bytea
@@ -44,16 +46,25 @@ CREATE TABLE IF NOT EXISTS {schema}.effects (
 
 -- name: util_table
 -- Shards write their timer counts here; the controller workflow reads it (seeds/003). Also
--- where a shard records its history length when it continues as new.
+-- where a shard records its history length when it continues as new, and its Continue-As-New
+-- payload in bytes (seeds/003: Temporal caps it at 2 MB): measured at each report
+-- (payload_bytes, the largest in max_payload_bytes) and at each Continue-As-New (last_can_ and
+-- max_can_payload_bytes), with the splits and postponed Continue-As-New the limit caused.
 CREATE TABLE IF NOT EXISTS {schema}.shard_util (
-    shard            integer PRIMARY KEY,
-    timers           integer NOT NULL,
-    utilisation      double precision NOT NULL,
-    history_length   integer NOT NULL DEFAULT 0,
-    can_count        integer NOT NULL DEFAULT 0,
-    last_can_history integer NOT NULL DEFAULT 0,
-    max_can_history  integer NOT NULL DEFAULT 0,
-    reported_at      timestamptz NOT NULL DEFAULT now()
+    shard                  integer PRIMARY KEY,
+    timers                 integer NOT NULL,
+    utilisation            double precision NOT NULL,
+    history_length         integer NOT NULL DEFAULT 0,
+    can_count              integer NOT NULL DEFAULT 0,
+    last_can_history       integer NOT NULL DEFAULT 0,
+    max_can_history        integer NOT NULL DEFAULT 0,
+    payload_bytes          integer NOT NULL DEFAULT 0,
+    max_payload_bytes      integer NOT NULL DEFAULT 0,
+    last_can_payload_bytes integer NOT NULL DEFAULT 0,
+    max_can_payload_bytes  integer NOT NULL DEFAULT 0,
+    splits                 integer NOT NULL DEFAULT 0,
+    can_postponed          integer NOT NULL DEFAULT 0,
+    reported_at            timestamptz NOT NULL DEFAULT now()
 );
 
 -- name: ring_table

@@ -8,12 +8,25 @@ A timer travels as a compact list (payloads stay small: seeds/003 caps a shard a
 to keep the Continue-As-New payload well under Temporal's 2 MB):
 ``[id, fire_at, version, armed_at, type, tenant_id, priority]`` (times in epoch seconds). The
 ``version`` is the trigger row's; a higher version of an id replaces a lower one (re-arm moves).
+
+The Continue-As-New payload (the heap, the idempotency keys and the config a shard carries
+forward) is measured, not assumed: a shard serialises it with the workflow's own payload converter
+(what the server checks against its blob size limit, ``limit.blobSize.error``, 2 MB by default) at
+every utilisation report and at every Continue-As-New, and reports both. A shard whose payload
+passes ``split_payload_frac`` of ``payload_limit_bytes`` **splits**: it grows the ring by one shard
+and forwards its farthest timers (any horizon) to their places on the grown ring, until it is back
+under half that mark. A Continue-As-New that would still exceed the limit is postponed (the shard
+keeps running and sheds again) instead of sending a command the server would reject, which would
+fail the shard workflow and every timer in it. Every other message carrying timers (an arm signal,
+a batch poller's input, a forward) is cut into pieces of at most a quarter of the limit
+(:func:`chunks`), and ``arm()`` refuses a timer that alone would pass that quarter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -31,6 +44,39 @@ ARM_SIGNAL = "arm"
 ARMED_QUERY = "armed"
 KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
 HANDED_FOR_S = 60.0  # the 'armed' query reports a timer handed to a batch poller this long
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024  # Temporal's limit.blobSize.error default (seeds/003: "caps that payload at 2 MB")
+SPLIT_RETRY_S = 1.0  # a shard past the split mark tries to split at most this often (workflow time)
+CLOSED_FULL = "full"  # a batch flushed because it reached its type's batch size
+CLOSED_MAX_LAG = "max_lag"  # a batch flushed because its oldest timer had waited MaxLag (seeds/003)
+
+
+def chunk_bytes(limit_bytes: int) -> int:
+    """Largest encoded size of the timers one signal or activity input carries: a quarter of the
+    payload limit, so a message never nears the limit whatever else it holds."""
+    return max(1, limit_bytes // 4)
+
+
+def timer_bytes(t: list) -> int:
+    """Encoded size of one timer in a JSON payload (the default converter), separator included."""
+    return len(json.dumps(t, separators=(",", ":"))) + 1
+
+
+def chunks(timers: list[list], max_bytes: int) -> list[list[list]]:
+    """``timers`` in order, cut so that each piece encodes to at most ``max_bytes`` (a single
+    timer larger than that travels alone; the caller refuses those first)."""
+    out: list[list[list]] = []
+    cur: list[list] = []
+    size = 1  # the list's brackets, less the separator its last timer does not need
+    for t in timers:
+        b = timer_bytes(t)
+        if cur and size + b > max_bytes:
+            out.append(cur)
+            cur, size = [], 1
+        cur.append(t)
+        size += b
+    if cur:
+        out.append(cur)
+    return out
 
 
 @dataclass
@@ -39,7 +85,7 @@ class ShardConfig:
 
     prefix: str  # workflow-id prefix of this scheduler instance
     task_queue: str
-    batch: int  # default batch size per timer type (seeds/003: batches of about 200-250)
+    batch: int  # default batch size per timer type (seeds/003: a full batch is 800)
     max_lag_s: float  # default MaxLag per timer type (seeds/003: 10 s for polling)
     per_type: dict[str, list[float]] = field(default_factory=dict)  # type -> [batch, max_lag_s]
     timer_cap: int = 5000  # seeds/003: 5,000 timers per shard for payload headroom
@@ -48,6 +94,11 @@ class ShardConfig:
     forward_horizon_s: float = 86_400.0  # an overloaded shard forwards timers due later than this
     lease_s: float = 30.0  # batch activity heartbeat timeout, and the Postgres lease
     retry_initial_s: float = 0.2  # first retry of a failed batch activity
+    payload_limit_bytes: int = PAYLOAD_LIMIT_BYTES  # the server's limit on one payload (Continue-As-New input)
+    split_payload_frac: float = 0.5  # a shard whose payload passes this share of the limit splits
+
+    def split_at_bytes(self) -> int:
+        return int(self.payload_limit_bytes * self.split_payload_frac)
 
     def type_batch(self, type_: str) -> int:
         got = self.per_type.get(type_)
@@ -80,6 +131,7 @@ class BatchInput:
     timers: list[list]
     lease_s: float
     retry_initial_s: float
+    closed_by: str = ""  # CLOSED_FULL or CLOSED_MAX_LAG: why the shard flushed this batch
 
 
 @dataclass
@@ -89,12 +141,16 @@ class UtilInput:
     utilisation: float
     history_length: int
     continued: bool = False
+    payload_bytes: int = 0  # the Continue-As-New payload measured now (at a Continue-As-New: the one sent)
+    splits: int = 0  # splits since the last report
+    can_postponed: int = 0  # Continue-As-New postponed since the last report (payload over the limit)
 
 
 @dataclass
 class ForwardInput:
     shard: int
-    timers: list[list]  # long-horizon candidates, farthest first
+    timers: list[list]  # long-horizon candidates (or, splitting, the farthest timers), farthest first
+    grow: bool = False  # a split: grow the ring by one shard before placing
 
 
 @dataclass
@@ -131,6 +187,14 @@ class ShardWorkflow:
         self.continued = inp.continued
         self.dirty = False
         self.flushes = 0
+        # The Continue-As-New payload: the last exact measure, and what arrived since (an upper
+        # bound: timers that left are not subtracted), so the loop measures only when it may matter.
+        self.payload_bytes = 0
+        self.added_bytes = 0
+        self.splits = 0  # since the last utilisation report
+        self.can_postponed = 0  # since the last utilisation report
+        self.can_retry_at = -1e18  # a postponed Continue-As-New is not retried before this
+        self.split_retry_at = -1e18  # nor a split before this (one attempt per SPLIT_RETRY_S)
         for t in inp.timers:
             self._put(t)
 
@@ -142,12 +206,14 @@ class ShardWorkflow:
             return  # a re-sent signal (caller retry), possibly from before Continue-As-New
         self.keys.append(sig.key)
         self.keyset.add(sig.key)
+        self.added_bytes += len(sig.key) + 3
         if len(self.keys) > KEYS_REMEMBERED:
             for old in self.keys[: len(self.keys) - KEYS_REMEMBERED]:
                 self.keyset.discard(old)
             del self.keys[: len(self.keys) - KEYS_REMEMBERED]
         for t in sig.timers:
             self._put(t)
+            self.added_bytes += timer_bytes(t)
         self.dirty = True
 
     @workflow.query(name="count")
@@ -183,13 +249,16 @@ class ShardWorkflow:
     async def run(self, inp: ShardInput) -> None:
         last_report = -1e18
         self.reported = -1  # the count last written to the utilisation table
+        self._measure()
         while True:
             now = workflow.now().timestamp()
             self._forget_handed(now)
             self._collect(now)
             await self._flush(now)
-            if self._should_continue():
-                break
+            if self.payload_bytes + self.added_bytes > self.cfg.split_at_bytes() and now >= self.split_retry_at:
+                await self._guard_payload(now)
+            if self._should_continue(now):
+                await self._continue_as_new(now)  # returns only when postponed
             if now - last_report >= self.cfg.util_report_s:
                 last_report = now
                 await self._report(now)
@@ -208,17 +277,97 @@ class ShardWorkflow:
                 )
             except asyncio.TimeoutError:
                 pass
-        # Continue-As-New carrying the heap, once no signal handler is mid-flight.
+
+    def _should_continue(self, now: float) -> bool:
+        info = workflow.info()
+        due = info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.cfg.history_bound
+        return due and now >= self.can_retry_at
+
+    async def _continue_as_new(self, now: float) -> None:
+        """Continue as new carrying the heap, once no signal handler is mid-flight, if the payload
+        fits the server's limit (after splitting when it is over the split mark); otherwise keep
+        running and try again after a report period."""
         await workflow.wait_condition(workflow.all_handlers_finished)
-        history = workflow.info().get_current_history_length()
-        await self._util(history_length=history, continued=True)
-        workflow.continue_as_new(
-            ShardInput(self.shard, self.cfg, list(self.entries.values()), self.keys, self.continued + 1)
+        if await self._guard_payload(now) <= self.cfg.payload_limit_bytes:
+            history = workflow.info().get_current_history_length()
+            await self._util(history_length=history, continued=True)
+            carry = self._carry()
+            # Signals may have landed during that report: the command itself must fit.
+            if self._size(carry) <= self.cfg.payload_limit_bytes:
+                workflow.continue_as_new(carry)  # raises: this run ends here
+        self.can_postponed += 1
+        self.can_retry_at = now + self.cfg.util_report_s
+        workflow.logger.warning(
+            "shard %d: Continue-As-New postponed, payload %d bytes over the %d-byte limit after splitting",
+            self.shard, self.payload_bytes, self.cfg.payload_limit_bytes,
         )
 
-    def _should_continue(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.cfg.history_bound
+    # -- the Continue-As-New payload ----------------------------------------------------------
+
+    def _carry(self) -> ShardInput:
+        """What Continue-As-New carries: the heap (and pending batches), the recent keys."""
+        return ShardInput(self.shard, self.cfg, list(self.entries.values()), self.keys, self.continued + 1)
+
+    @staticmethod
+    def _size(inp: ShardInput) -> int:
+        """Encoded size of ``inp`` as the server sees it: the workflow's payload converter."""
+        return sum(p.ByteSize() for p in workflow.payload_converter().to_payloads([inp]))
+
+    def _measure(self) -> int:
+        self.payload_bytes = self._size(self._carry())
+        self.added_bytes = 0
+        return self.payload_bytes
+
+    async def _guard_payload(self, now: float) -> int:
+        """Measure the payload exactly; past the split mark, split (at most one attempt per
+        ``SPLIT_RETRY_S``, so a shard whose timers cannot move does not spin). Returns the size."""
+        if self._measure() > self.cfg.split_at_bytes() and now >= self.split_retry_at:
+            self.split_retry_at = now + SPLIT_RETRY_S
+            await self._split(now)
+            self._measure()
+        return self.payload_bytes
+
+    async def _split(self, now: float) -> None:
+        """Grow the ring by one shard and forward this shard's farthest timers (any horizon; not
+        those in a pending batch) to their places on it, until the payload is back under half the
+        split mark. Timers that could not move stay (the next report tries again)."""
+        target = self.cfg.split_at_bytes() // 2
+        over = self.payload_bytes - target
+        shed: list[list] = []
+        shed_bytes = 0
+        for e in sorted(self.entries.values(), key=lambda e: -e[E_FIRE]):
+            if shed_bytes >= over:
+                break
+            if e[E_ID] in self.pending.get(e[E_TYPE], {}):
+                continue
+            shed.append(e)
+            shed_bytes += timer_bytes(e)
+        if not shed:
+            return
+        workflow.logger.info(
+            "shard %d: payload %d bytes past the split mark %d; forwarding %d timers to a grown ring",
+            self.shard, self.payload_bytes, self.cfg.split_at_bytes(), len(shed),
+        )
+        self.splits += 1
+        await self._send_away(shed, grow=True)
+
+    async def _send_away(self, timers: list[list], grow: bool) -> None:
+        """Forward ``timers`` to their places on the ring (walking past this shard) in pieces that
+        fit a payload; drop the copies that left, unless a newer arm replaced them meanwhile."""
+        for piece in chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes)):
+            moved: list[list] = await workflow.execute_activity(
+                "forward_timers",
+                ForwardInput(self.shard, piece, grow=grow),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1)),
+            )
+            grow = False  # one new shard per split
+            for tid, version in moved:
+                e = self.entries.get(tid)
+                if e is not None and e[E_VER] == version and tid not in self.pending.get(e[E_TYPE], {}):
+                    del self.entries[tid]  # its heap item goes stale and is skipped
+
+    # -- due timers and batches ------------------------------------------------------------------
 
     def _collect(self, now: float) -> None:
         """Move every due timer from its type's heap to that type's pending batch."""
@@ -236,9 +385,9 @@ class ShardWorkflow:
                 continue
             size = self.cfg.type_batch(type_)
             while len(pending) >= size:
-                starts.append(self._start_poller(type_, self._take(pending, size)))
+                starts += self._pollers(type_, self._take(pending, size), CLOSED_FULL)
             if pending and min(e[E_FIRE] for e in pending.values()) + self.cfg.type_max_lag(type_) <= now:
-                starts.append(self._start_poller(type_, self._take(pending, len(pending))))
+                starts += self._pollers(type_, self._take(pending, len(pending)), CLOSED_MAX_LAG)
         if starts:
             await asyncio.gather(*starts)
 
@@ -263,14 +412,22 @@ class ShardWorkflow:
                 break
             del self.handed[tid]
 
-    async def _start_poller(self, type_: str, timers: list[list]) -> None:
+    def _pollers(self, type_: str, timers: list[list], closed_by: str) -> list:
+        """One batch poller for ``timers``, or several when their input would pass a quarter of
+        the payload limit (seeds/003: Temporal caps a payload at 2 MB; 800 timers of ~100 bytes
+        are far below it, a large per-type batch or long ids are not): the server would reject
+        the child's start and fail the shard."""
+        pieces = chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes))
+        return [self._start_poller(type_, piece, closed_by) for piece in pieces]
+
+    async def _start_poller(self, type_: str, timers: list[list], closed_by: str) -> None:
         # The hand-off is a Temporal checkpoint (seeds/003): once the child has started, the
         # batch is the poller's; it outlives this run (ABANDON) and a Continue-As-New.
         self.flushes += 1
         info = workflow.info()
         await workflow.start_child_workflow(
             POLLER_WORKFLOW,
-            BatchInput(self.shard, type_, timers, self.cfg.lease_s, self.cfg.retry_initial_s),
+            BatchInput(self.shard, type_, timers, self.cfg.lease_s, self.cfg.retry_initial_s, closed_by),
             id=f"{self.cfg.prefix}-b{self.shard}-{info.run_id[:8]}-{self.flushes}",
             task_queue=self.cfg.task_queue,
             parent_close_policy=ParentClosePolicy.ABANDON,
@@ -297,7 +454,10 @@ class ShardWorkflow:
                 wake = c if wake is None else min(wake, c)
         return wake
 
+    # -- utilisation and rebalancing ------------------------------------------------------------
+
     async def _report(self, now: float) -> None:
+        await self._guard_payload(now)  # an exact measure for the report (and a split if over)
         await self._util(history_length=workflow.info().get_current_history_length(), continued=False)
         if len(self.entries) > self.cfg.timer_cap:
             await self._forward(now)
@@ -305,21 +465,21 @@ class ShardWorkflow:
     async def _util(self, history_length: int, continued: bool) -> None:
         n = len(self.entries)
         self.reported = n
+        splits, postponed = self.splits, self.can_postponed
+        self.splits = self.can_postponed = 0
         await workflow.execute_local_activity(
             "report_util",
-            UtilInput(self.shard, n, n / self.cfg.timer_cap, history_length, continued),
+            UtilInput(self.shard, n, n / self.cfg.timer_cap, history_length, continued,
+                      payload_bytes=self.payload_bytes, splits=splits, can_postponed=postponed),
             start_to_close_timeout=timedelta(seconds=10),
         )
 
     async def _forward(self, now: float) -> None:
         """Overloaded: hand long-horizon timers to their place on the (grown) ring; they would
-        not re-arm, and so move lazily, for weeks (seeds/003)."""
+        not re-arm, and so move lazily, for weeks (seeds/003). (A payload near Temporal's limit
+        is the split's business, :meth:`_split`, whatever the horizon.)"""
         excess = len(self.entries) - self.cfg.timer_cap
         horizon = now + self.cfg.forward_horizon_s
-        if len(self.entries) > 2 * self.cfg.timer_cap:
-            # Far past the cap the Continue-As-New payload nears Temporal's 2 MB limit (about
-            # 80 bytes a timer): shed the farthest timers whatever their horizon.
-            horizon = now
         far = sorted(
             (
                 e
@@ -328,18 +488,8 @@ class ShardWorkflow:
             ),
             key=lambda e: -e[E_FIRE],
         )[:excess]
-        if not far:
-            return
-        moved: list[list] = await workflow.execute_activity(
-            "forward_timers",
-            ForwardInput(self.shard, far),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1)),
-        )
-        for tid, version in moved:
-            e = self.entries.get(tid)
-            if e is not None and e[E_VER] == version and tid not in self.pending.get(e[E_TYPE], {}):
-                del self.entries[tid]  # its heap item goes stale and is skipped
+        if far:
+            await self._send_away(far, grow=False)
 
 
 @workflow.defn(name=POLLER_WORKFLOW)

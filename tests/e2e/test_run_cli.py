@@ -20,6 +20,7 @@ import pytest
 
 from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
 from schedulers.base import REGISTRY
+from schedulers.temporal_shards import initial_shards
 from tests.e2e.recompute import check_summary
 
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
@@ -90,6 +91,11 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     assert s["claim_rate"] == pytest.approx(s["achieved_rate"], rel=0.2)
     assert s["early"] == 0  # never fired early
     assert cfg["load"]["periodic_triggers"] == cfg["workload"]["triggers"]
+    if "expected_timers" in cfg["options"]:  # a backend that sizes itself was told the population
+        assert cfg["options"]["expected_timers"] == cfg["workload"]["triggers"]
+    if scheduler == "temporal_shards":  # the ring it started with: within the cap (seeds/003), recorded
+        o = cfg["options"]
+        assert o["shards"] == initial_shards(0, cfg["workload"]["triggers"], o["timer_cap"], o["grow_target"])
     assert s["steady_state"] is False  # 8 s measured after a 2 s warm-up: the summary says so
     assert any("not steady state" in w for w in s["warnings"])
 
@@ -97,6 +103,9 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     run_metrics = set(sdf.loc[sdf["scope"] == "run", "metric"])
     assert {"fires_per_s", "claims_per_s", "lag_p50_ms", "lag_p99_ms"} <= run_metrics
     assert any(m.startswith("backend.") for m in run_metrics)
+    if "backend.batches" in run_metrics:  # a backend that counts its batches (the report's histogram)
+        batched = sdf.loc[(sdf["scope"] == "run") & (sdf["metric"] == "backend.batched_timers"), "value"].max()
+        assert batched > 0
     if cfg["dsn"]:
         assert {"wal_bytes", "oldest_xact_age_s"} <= run_metrics
         scopes = set(sdf["scope"]) - {"run"}

@@ -1,0 +1,78 @@
+"""temporal_shards' initial shard count from the population, the run telling a backend its size,
+the batch-size counters every backend may expose, and the payload chunking of signals (pure
+logic: no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schedulers.base import EXPECTED_TIMERS, BatchSizes, StoreContext, with_expected_timers
+from schedulers.temporal_shards import SHARDS_WHEN_UNKNOWN, TemporalShardsScheduler, initial_shards
+from schedulers.temporal_shards.workflows import chunks, timer_bytes
+
+
+def test_production_population_starts_within_the_cap():
+    # seeds/003: ~48,000 triggers, 5,000 timers a shard, the controller targets 60 %
+    n = initial_shards(0, 48_100, 5_000, 0.6)
+    assert n == 17
+    assert 48_100 / n <= 0.6 * 5_000
+    # the bounded-load ring never puts more than (1 + eps) x the average on one shard: under the cap
+    assert 1.25 * 48_100 / n < 5_000
+
+
+def test_given_shards_win_and_unknown_population_keeps_the_old_default():
+    assert initial_shards(4, 48_100, 5_000, 0.6) == 4  # today's scale-out-in-progress start, on request
+    assert initial_shards(0, 0, 5_000, 0.6) == SHARDS_WHEN_UNKNOWN
+    assert initial_shards(0, 10, 5_000, 0.6) == 1
+
+
+def test_resolved_options_record_the_shard_count_the_run_starts_with():
+    s = TemporalShardsScheduler(StoreContext(), expected_timers=48_100)
+    assert s.options["shards"] == 17 and s.options[EXPECTED_TIMERS] == 48_100
+    # the resolved options, given again (to a node, or a rerun), start the same ring
+    assert TemporalShardsScheduler(StoreContext(), **s.options).options["shards"] == 17
+
+
+def test_the_run_fills_expected_timers_only_where_declared_and_unknown():
+    declared = {EXPECTED_TIMERS: 0, "batch": 800}
+    assert with_expected_timers(declared, {EXPECTED_TIMERS: 0, "batch": 800}, 48_100)[EXPECTED_TIMERS] == 48_100
+    assert with_expected_timers(declared, {EXPECTED_TIMERS: 1_000}, 48_100)[EXPECTED_TIMERS] == 1_000
+    assert with_expected_timers({"batch": 800}, {"batch": 800}, 48_100) == {"batch": 800}
+
+
+@pytest.mark.parametrize("bad", [{"payload_limit_bytes": 0}, {"split_payload_frac": 0.0}, {"split_payload_frac": 1.5}])
+def test_payload_options_out_of_range_are_refused(bad):
+    with pytest.raises(ValueError, match="payload_limit_bytes must be > 0 and split_payload_frac"):
+        TemporalShardsScheduler(StoreContext(), **bad)
+
+
+def test_batch_sizes_count_bins_and_reasons():
+    b = BatchSizes()
+    for size, why in ((1, "max_lag"), (25, "max_lag"), (26, "max_lag"), (230, "max_lag"), (800, "full")):
+        b.add(size, why)
+    g = b.gauges()
+    assert g["batches"] == 5 and g["batched_timers"] == 1 + 25 + 26 + 230 + 800 and g["batches_bin_width"] == 25
+    assert {k: v for k, v in g.items() if k.startswith("batch_size_bin_")} == {
+        "batch_size_bin_25": 2.0, "batch_size_bin_50": 1.0, "batch_size_bin_250": 1.0, "batch_size_bin_800": 1.0,
+    }
+    assert g["batches_closed_max_lag"] == 4 and g["batches_closed_full"] == 1
+
+
+def test_signal_chunks_stay_under_their_byte_budget():
+    timers = [[f"id-{i:05d}", 1.7e9 + i / 7, i, 1.7e9, "poll", f"tenant-{i % 9}", 0] for i in range(1000)]
+    pieces = chunks(timers, 4_000)
+    assert [t for p in pieces for t in p] == timers  # nothing lost, order kept
+    for p in pieces:
+        assert len(json.dumps(p, separators=(",", ":"))) <= 4_000
+    # a list of n timers: its brackets plus each timer and its separator, less the last separator
+    assert sum(timer_bytes(t) for t in timers) + 1 == len(json.dumps(timers, separators=(",", ":")))
+
+
+def test_the_report_reads_the_gauge_names_the_backends_write():
+    from metrics import rundir
+    from schedulers import base
+
+    assert (rundir.BATCH_SIZE_BIN_GAUGE, rundir.BATCHES_CLOSED_GAUGE, rundir.BATCH_BIN_WIDTH_GAUGE) == (
+        base.BATCH_SIZE_BIN_GAUGE, base.BATCHES_CLOSED_GAUGE, base.BATCH_BIN_WIDTH_GAUGE)
