@@ -130,6 +130,10 @@ class DualWorkers(Workers):
         await self.dw.stall(SHADOW, seconds, done)
         return Killed(f"w0-{SHADOW}")
 
+    def claimed_timers(self) -> int:
+        """Both stores' claims (the dual writer runs a claim loop per store)."""
+        return 0 if self.dw is None else int(self.dw.claimed_timers)
+
     def status(self) -> str:
         if self.dw is None:
             return ""

@@ -43,6 +43,8 @@ def assert_nothing_lost_or_doubled(m: dict, run_dir: Path) -> None:
         assert f["lost"] == 0 and f["executed_by_both"] == 0 and f["duplicate_effects"] == 0, st
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["correct"] is True and summary["outcomes"]["lost"] == 0 and summary["duplicate_effects"] == 0
+    # the sampler read the dual writer too (its claim counter once went missing: every sample failed)
+    assert not [w for w in summary["warnings"] if "samples incomplete" in w], summary["warnings"]
 
 
 def long_horizon_after(m: dict, step: str, store: str) -> dict:
