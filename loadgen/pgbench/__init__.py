@@ -177,7 +177,7 @@ def measure(dsn: str, pgbench: Path | None, out_dir: Path, batches=BATCHES, clie
                 before = _prepare(dsn, ceiling.schema, rows)
                 cmd = [str(pgbench), *conn_args[:-1], "-n", "-c", str(clients), "-j", str(threads),
                        "-T", f"{duration_s:g}", "-f", str(script),
-                       "-D", f"limit={batch}", "-D", "max_per_tenant=20", "-D", "tenant_scan=256",
+                       "-D", f"limit={batch}", "-D", "max_per_tenant=20", "-D", "tenant_scan=256", "-D", "overselect=2",
                        "-D", f"lease_s={LEASE_S:g}", conn_args[-1]]
                 ceiling.command = [a for a in cmd]
                 say(f"pgbench ceiling: batch {batch}, {rows:,} rows, {clients} clients, {duration_s:g} s")

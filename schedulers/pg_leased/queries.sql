@@ -35,9 +35,13 @@ ON CONFLICT (id) DO NOTHING;
 --
 -- Step 1 locks candidates with FOR UPDATE SKIP LOCKED (two loops never get the same row):
 --   `locked`: the seed's query. Due scheduled rows by priority, then fire time (NULL = -infinity
---     first), over-selecting limit * max_per_tenant rows; the product saturates at int4 max
---     instead of overflowing (seeds/000: "a pathological configuration should degrade").
---   `heads`: up to max_per_tenant earliest due rows of each of the first tenant_scan tenants.
+--     first), over-selecting limit * overselect rows (the seed: limit * max_per_tenant; every
+--     locked row is a WAL record, so under a backlog that product is the claim's cost: see
+--     the overselect option); it saturates at int4 max instead of overflowing (seeds/000: "a
+--     pathological configuration should degrade").
+--   `heads`: up to max_per_tenant earliest due rows of each of the first tenant_scan tenants,
+--     read without locking (locking them all would be tenant_scan x max_per_tenant WAL records
+--     per claim under a backlog, for at most `limit` rows picked).
 --     The seed's over-select only helps while the big tenant's backlog is smaller than
 --     limit * max_per_tenant; a 2,000-row backlog ahead of everyone fills all 500 locked rows
 --     with one tenant and starves the rest. `heads` finds the other tenants directly: a loose
@@ -77,15 +81,14 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
               AND (s.tenant_id, s.due_key) >= (t.tenant_id, '-infinity'::timestamptz)
               AND (s.tenant_id, s.due_key) <= (t.tenant_id, now())
             ORDER BY s.tenant_id, s.due_key
-            LIMIT %(max_per_tenant)s
-              FOR UPDATE SKIP LOCKED) h
+            LIMIT %(max_per_tenant)s) h
 ), locked AS (
     SELECT s.id, s.tenant_id, s.priority, s.due_key
       FROM {schedule} s
      WHERE s.state = 'scheduled'
        AND s.due_key <= now()
      ORDER BY s.priority DESC, s.due_key ASC
-     LIMIT least(%(limit)s::bigint * %(max_per_tenant)s::bigint, 2147483647)
+     LIMIT least(%(limit)s::bigint * %(overselect)s::bigint, 2147483647)
        FOR UPDATE SKIP LOCKED
 ), candidates AS (
     SELECT * FROM locked
@@ -102,14 +105,22 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
      WHERE r.rn <= %(max_per_tenant)s
      ORDER BY r.priority DESC, r.due_key ASC
      LIMIT %(limit)s
+), claimable AS (
+    -- Lock what was picked: `locked`'s rows are ours already; a `heads` row another claim took
+    -- meanwhile is skipped, and one it claimed and committed fails the re-checked state.
+    SELECT s.id
+      FROM {schedule} s
+      JOIN picked p ON p.id = s.id
+     WHERE s.state = 'scheduled'
+       FOR UPDATE OF s SKIP LOCKED
 )
 UPDATE {schedule} s
    SET state = 'running',
        owner_id = %(owner)s,
        lease_expires = now() + make_interval(secs => %(lease_s)s),
        attempt = s.attempt + 1
-  FROM picked
- WHERE s.id = picked.id
+  FROM claimable
+ WHERE s.id = claimable.id
 RETURNING s.id, s.tenant_id, s.type, s.priority,
           coalesce(s.next_fire_at, s.armed_at) AS due_at,  -- NULL fire time: due when armed
           s.armed_at, s.version, s.attempt;

@@ -61,6 +61,7 @@ def claim_buffers(conn: psycopg.Connection, scheduler: PgLeasedScheduler, statem
         "limit": scheduler.batch,
         "max_per_tenant": scheduler.max_per_tenant,
         "tenant_scan": scheduler.tenant_scan,
+        "overselect": scheduler.overselect,
         "owner": "probe",
         "lease_s": scheduler.lease_s,
     }

@@ -233,7 +233,7 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
     dsn = isolated_dsn
     n, parts, tenants = 2000, 8, 100
     # The claim as it runs in production: pg_leased's default batch, per-tenant cap and tenant scan.
-    claim_opts = {k: PgLeasedScheduler.default_options[k] for k in ("batch", "max_per_tenant", "tenant_scan")}
+    claim_opts = {k: PgLeasedScheduler.default_options[k] for k in ("batch", "max_per_tenant", "tenant_scan", "overselect")}
     leased = await make(dsn, "claims_leased", cls=PgLeasedScheduler, **claim_opts)
     parted = await make(dsn, "claims_partitioned", partitions=parts, **claim_opts)
     both = (leased, parted)

@@ -72,7 +72,7 @@ def test_pgbench_script_is_pg_leased_claim_with_pgbench_variables():
     sql = claim_sql()
     assert "%(" not in sql and "{schema}" not in sql and "{{" not in sql
     assert "FOR UPDATE SKIP LOCKED" in sql and "row_number()" in sql  # seeds/000's two-step claim, unchanged
-    for var in (":limit", ":max_per_tenant", ":tenant_scan", ":lease_s"):
+    for var in (":limit", ":max_per_tenant", ":tenant_scan", ":overselect", ":lease_s"):
         assert var in sql
     assert OWNER_EXPR in sql
     text = script_text()
