@@ -12,6 +12,7 @@ from typing import Callable
 
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
+from reports.why import why_blocks
 from reports.plots import scheduler_colour
 from reports.model import Report
 from reports.capacity import section_capacity_html
@@ -249,6 +250,10 @@ def section_fairness(report: Report) -> str:
     return blocks_html(fairness_blocks(d, report.runs), "fairness") if d else ""
 
 
+def section_why(report: Report) -> str:
+    return blocks_html(why_blocks(report.runs), "why")
+
+
 def section_per_day(report: Report) -> str:
     d = report.decision
     return blocks_html(per_day_blocks(d, report.runs), "per-day") if d else ""
@@ -265,6 +270,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_summary,
     section_narrative,
     section_fairness,
+    section_why,  # reports/why.py: only beside a rejected alternative of seeds/003
     section_per_day,
     section_figures,
     section_migration,

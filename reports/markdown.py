@@ -8,6 +8,7 @@ from typing import Callable
 
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
+from reports.why import why_blocks
 from reports.capacity import section_capacity_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
@@ -147,9 +148,13 @@ def md_decision(part: Callable) -> Callable[[Report], str]:
     return render
 
 
+def md_why(report: Report) -> str:
+    return blocks_markdown(why_blocks(report.runs))
+
+
 SECTIONS: list[Callable[[Report], str]] = [
     md_header, md_checks, md_failures, md_decision(recommendation_blocks), md_decision(gate_blocks),
-    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_decision(fairness_blocks), md_decision(per_day_blocks),
+    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_decision(fairness_blocks), md_why, md_decision(per_day_blocks),
     md_migration, md_environment, md_runs,
 ]
 
