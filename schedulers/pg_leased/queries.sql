@@ -106,12 +106,16 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
      ORDER BY r.priority DESC, r.due_key ASC
      LIMIT %(limit)s
 ), claimable AS (
-    -- Lock what was picked: `locked`'s rows are ours already; a `heads` row another claim took
-    -- meanwhile is skipped, and one it claimed and committed fails the re-checked state.
+    -- Lock what was picked: `locked`'s rows are ours already; a `heads` row another claim holds
+    -- is skipped. The lock follows a row another claim changed since this statement's snapshot
+    -- and re-checks the conditions on its newest version: one claimed meanwhile is 'running',
+    -- one claimed, fired and re-armed meanwhile is scheduled again but not due (claiming it
+    -- would fire it early).
     SELECT s.id
       FROM {schedule} s
       JOIN picked p ON p.id = s.id
      WHERE s.state = 'scheduled'
+       AND s.due_key <= now()
        FOR UPDATE OF s SKIP LOCKED
 )
 UPDATE {schedule} s
