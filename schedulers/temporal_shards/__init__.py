@@ -43,7 +43,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
@@ -64,6 +64,7 @@ from schedulers.temporal_shards.workflows import (
 HERE = Path(__file__).parent
 EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
 EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
+STORAGE_TABLES = ("trigger", "trigger_state")  # the tables every fire rewrites (storage knobs)
 
 
 def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
@@ -107,6 +108,9 @@ class TemporalShardsScheduler:
         "max_concurrent_activities": 32,  # batch activities per worker
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
+        # fillfactor_pct (of trigger and trigger_state; 50 leaves room for the two versions a fire
+        # writes), autovacuum_*: schedulers.pg.STORAGE_OPTIONS, autovacuum at the server's values
+        **storage_options(fillfactor_pct=50),
     }
     conformance_options: dict[str, Any] = {
         "shards": 2,
@@ -180,6 +184,7 @@ class TemporalShardsScheduler:
         if created:
             async with self.pool.connection() as conn:
                 await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await apply_storage(conn, self.ctx.schema, STORAGE_TABLES, self.options)
                 await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
 
     async def _connect(self) -> None:
@@ -433,6 +438,23 @@ class TemporalShardsScheduler:
     # -- gauges and export -----------------------------------------------------------------------
 
     async def stats(self) -> dict[str, float]:
+        """From what this process already knows, without a query: the shard count and timers per
+        shard of its latest ring view (refreshed by its own placements every ``ring_refresh_s``)
+        and its in-process counters. :meth:`shard_report` reads the shards' reports afresh."""
+        out: dict[str, float] = {}
+        if self._view is not None:
+            ring, loads, read_at = self._view
+            cap = int(self.options["timer_cap"])
+            out.update(shards=float(ring.n_shards), timers=float(sum(loads)),
+                       utilisation=sum(loads) / (ring.n_shards * cap),
+                       max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
+                       ring_view_age_s=max(0.0, time.time() - read_at))
+        return out
+
+    async def shard_report(self) -> dict[str, float]:
+        """The shards' own reports, read now from the ring and utilisation tables: shard count and
+        growths, timers and history per shard, Continue-As-New counts. A query per call: for
+        tests and inspection, not for the per-second sampler (:meth:`stats`)."""
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()
