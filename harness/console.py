@@ -32,6 +32,8 @@ def summary_table(s: dict[str, Any]):
     dead = s["dead_tuples"]
     pf = s["per_fire"]
     per_fire = " / ".join(fmt.fixed(pf[k], "{:,.2f}") for k in ("inserts", "updates", "deletes"))
+    toast = " / ".join(fmt.fixed(pf.get(k), "{:,.2f}") for k in ("toast_inserts", "toast_updates", "toast_deletes"))
+    bill = s.get("bill") or {}
     rows = [
         ("complete", "yes" if s["complete"] else "NO (the reason is below)"),
         ("target rate", fmt.fixed(s["target_rate"], "{:,.1f}/s")),
@@ -47,7 +49,12 @@ def summary_table(s: dict[str, Any]):
         ("TOAST dead peak / end", f"{fmt.fixed(dead['toast_peak'])} / {fmt.fixed(dead['toast_end'])}"),
         ("HOT ratio", fmt.pct(s["hot_ratio"])),
         ("ins / upd / del per fire", per_fire),
-        ("WAL bytes per fire", fmt.fixed(pf["wal_bytes"])),
+        ("TOAST ins / upd / del per fire", toast),
+        ("row writes per fire, heap + TOAST", fmt.fixed(pf.get("row_writes"), "{:,.2f}")),
+        ("WAL bytes / records / FPI per fire", f"{fmt.fixed(pf['wal_bytes'])} / {fmt.fixed(pf.get('wal_records'), '{:,.2f}')} "
+                                                f"/ {fmt.fixed(pf.get('wal_fpi'), '{:,.2f}')}"),
+        ("durable writes per fire, all stores", fmt.fixed(bill.get("durable_writes"), "{:,.2f}")),
+        ("bytes written per fire, all stores", fmt.human_bytes(bill.get("bytes_written"))),
         ("autovacuum runs", fmt.fixed(s["autovacuum_runs"])),
         ("table / index bytes", f"{fmt.fixed(s['table_bytes_end'])} / {fmt.fixed(s['index_bytes_end'])}"),
     ]

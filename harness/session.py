@@ -42,6 +42,7 @@ from harness import console as out
 from metrics import rundir
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
+CHECKPOINT_LEAD_S = 5.0  # the CHECKPOINT before the window starts this long before it (at most half the warm-up)
 STATUS_EVERY_S = 3.0
 FLUSH_EVERY_S = 1.0
 GRACEFUL_STOP_S = 15.0  # after this, a run loop that ignores ``stop`` is cancelled
@@ -50,7 +51,9 @@ MIN_GRACE_S = 2.0  # the grace period: at least this, and at least 2x the backen
 
 class RunSession:
     def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
-                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=()) -> None:
+                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=(),
+                 label: str | None = None, sample_every_s: float | None = None,
+                 temporal_metrics: str | None = None) -> None:
         self.cls = cls
         self.options = options
         self.w = workload
@@ -62,6 +65,10 @@ class RunSession:
         self.nodes = nodes
         self.arm_load_per_s = arm_load_per_s
         self.fault_specs = list(fault_specs)
+        self.label = label  # the run's name in reports (default: the scheduler's)
+        self.sample_every_s = sample_every_s  # None: the sampler's default period
+        self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
+        self.measurement: dict[str, Any] = {"unavailable": {}}
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
@@ -154,6 +161,7 @@ class RunSession:
 
         return {
             "scheduler": self.cls.name,
+            "label": self.label,
             "options": self.options,
             "workload": asdict(self.w),
             "environment": self.environment,
@@ -163,6 +171,7 @@ class RunSession:
             "argv": stack.redact_argv(self.argv),  # no password or token in the run directory
             "schema": self.schema,
             "window": self.window,
+            "measurement": self.measurement,
         }
 
     def _write_config(self) -> None:
@@ -264,8 +273,9 @@ class RunSession:
         self.recorder.measure_start = self.window["measure_start"]
         self.recorder.measure_end = self.window["measure_end"]
         self._write_config()
-        self.sampler = Sampler(scheduler, self.recorder, self.dsn, self.run_dir)
+        self.sampler = await self._make_sampler(scheduler)
         await self.sampler.open()
+        self.measurement["unavailable"].update(self.sampler.unavailable)
 
         stop = asyncio.Event()
         tasks: dict[str, asyncio.Task] = {}
@@ -283,6 +293,7 @@ class RunSession:
         helpers = [asyncio.create_task(self.sampler.loop(sampler_stop)),
                    asyncio.create_task(self._status(sampler_stop)),
                    asyncio.create_task(self._flush(sampler_stop))]
+        edges = asyncio.create_task(self._window_edges())
         if self.faults is not None:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
@@ -336,6 +347,7 @@ class RunSession:
             except BaseException:
                 pass
             await asyncio.gather(tasks["run"], tasks["arm"], return_exceptions=True)
+            await self._close_window(edges)
             await self.workers.stop()
             sampler_stop.set()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -344,6 +356,93 @@ class RunSession:
             except Exception:
                 pass
         return code
+
+    async def _make_sampler(self, scheduler):
+        """The sampler, told which measurement extensions and servers this run can use."""
+        from metrics.extensions import extensions
+        from metrics.sampler import Sampler
+        from harness import stack
+
+        unavailable = self.measurement["unavailable"]
+        usable: dict[str, str] = {}
+        embedded_pg = False
+        if self.dsn:
+            try:
+                found = await asyncio.to_thread(extensions, self.dsn)
+            except Exception as exc:
+                found = {}
+                unavailable["statements"] = unavailable["bloat"] = f"the extensions could not be probed ({exc})"
+            for figure, name in (("statements", "pg_stat_statements"), ("bloat", "pgstattuple")):
+                ext = found.get(name)
+                if ext is not None and ext.usable:
+                    usable[name] = ext.schema
+                elif ext is not None:
+                    unavailable[figure] = ext.missing
+            pg = stack.postgres()
+            embedded_pg = pg.running() and self.dsn == pg.dsn()
+        servers = [self._temporal_watch()] if self.temporal_address else []
+        return Sampler(scheduler, self.recorder, self.dsn, self.run_dir, extensions=usable, servers=servers,
+                       gauges=self._gauges, reset_statements=embedded_pg,
+                       **({} if self.sample_every_s is None else {"every_s": self.sample_every_s}))
+
+    def _temporal_watch(self):
+        """The Temporal server as the sampler watches it: the embedded dev server's process, its
+        SQLite files and its metrics port; a cluster's metrics only through --temporal-metrics."""
+        from harness import stack
+        from metrics.stores import ServerWatch
+
+        dev = stack.temporal()
+        if dev.running() and self.temporal_address == dev.address():
+            pid = dev.pid()
+            return ServerWatch("temporal", roots=lambda: [pid] if pid else [], files=dev.db_files(),
+                               metrics_url=self.temporal_metrics or dev.metrics_url())
+        why = (f"the Temporal server at {self.temporal_address} is not the embedded dev server, so its processes' "
+               f"disk writes and its files are not measured")
+        unavailable = {"process": why}
+        if not self.temporal_metrics:
+            unavailable["metrics"] = ("no metrics endpoint for the Temporal server at "
+                                      f"{self.temporal_address}; pass --temporal-metrics http://host:port/metrics")
+        return ServerWatch("temporal", metrics_url=self.temporal_metrics, unavailable=unavailable)
+
+    def _gauges(self, t: float) -> dict[str, float]:
+        """The engine's own gauges, from its bookkeeping (no design is asked to count its queue):
+        timers due and not yet received, and how long the oldest of them has waited."""
+        late = self.processor.outstanding(t)
+        oldest = float(t - self.processor.armed_due[late].min()) if len(late) else 0.0
+        return {"backlog": float(len(late)), "oldest_due_age_s": oldest}
+
+    async def _window_edges(self) -> None:
+        """CHECKPOINT a little before the measured window, then the sampler's edge samples and
+        statement reads at its start and end (the end is also closed by :meth:`_close_window`
+        when the run stops early)."""
+        self._window_opened = self._window_closed = False
+        start = self.window["measure_start"]
+        lead = min(CHECKPOINT_LEAD_S, max(0.0, self.w.warmup_s) / 2)
+        await asyncio.sleep(max(0.0, start - lead - time.time()))
+        if self.dsn:
+            self.window["checkpoint"] = {"requested_at": time.time(), **await self.sampler.checkpoint()}
+            if self.window["checkpoint"]["error"]:
+                self.measurement["unavailable"]["checkpoint"] = self.window["checkpoint"]["error"]
+        await asyncio.sleep(max(0.0, start - time.time()))
+        await self.sampler.window_start()
+        self._window_opened = True
+        await asyncio.sleep(max(0.0, self.window["measure_end"] - time.time()))
+        self._window_closed = True
+        await self.sampler.window_end()
+
+    async def _close_window(self, edges: asyncio.Task) -> None:
+        if not edges.done() and getattr(self, "_window_closed", False):
+            await asyncio.gather(edges, return_exceptions=True)  # the end edge is under way
+            return
+        edges.cancel()
+        await asyncio.gather(edges, return_exceptions=True)
+        if getattr(self, "_window_opened", False) and not getattr(self, "_window_closed", False):
+            self._window_closed = True
+            try:
+                await self.sampler.window_end()  # stopped early: the window ends here
+            except Exception as exc:
+                self.say(f"warning: the window's end could not be read: {type(exc).__name__}: {exc}")
+        self.measurement["unavailable"].update(self.sampler.unavailable)
 
     async def _drain(self, run_task: asyncio.Task) -> None:
         """After the measured window, give every fire due in it up to ``grace_s`` to arrive.
@@ -440,9 +539,11 @@ class RunSession:
             self.window["missed_before"] = cutoff
             missed = self.processor.missed_table(cutoff, self.window["measure_start"])
             try:
+                await self.sampler.bloat()
                 await self.sampler.close()
             except Exception:
                 pass
+            self.measurement["unavailable"].update(self.sampler.unavailable)
             self.sampler.save()
             extra = await self.workers.collect(self.run_dir, self.window["measure_start"], self.say)
             if self.arm_load is not None:

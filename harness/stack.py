@@ -460,8 +460,27 @@ class TemporalDev:
         return self.home / f"{self.name}.port"
 
     @property
+    def metrics_port_file(self) -> Path:
+        return self.home / f"{self.name}.metrics_port"
+
+    @property
     def db(self) -> Path:
         return self.home / f"{self.name}.db"
+
+    def db_files(self) -> tuple[Path, ...]:
+        """The SQLite database and, in WAL mode, its write-ahead log and shared-memory index."""
+        return (self.db, self.db.with_name(self.db.name + "-wal"), self.db.with_name(self.db.name + "-shm"))
+
+    def metrics_url(self) -> str | None:
+        """The dev server's Prometheus endpoint (``--metrics-port``), None when it is not running.
+        A server started before the port was recorded is asked through its command line."""
+        if not self.running():
+            return None
+        try:
+            port = int(self.metrics_port_file.read_text().strip())
+        except (OSError, ValueError):
+            port = _flag_value(self.pid(), "--metrics-port")
+        return None if port is None else f"http://127.0.0.1:{port}/metrics"
 
     @property
     def log(self) -> Path:
@@ -500,11 +519,19 @@ class TemporalDev:
             chosen = free_port()
             note = f"port {wanted} is taken; embedded Temporal uses {chosen} instead"
             wanted = chosen
+        # the same metrics port as before when it is free: a restart (a fault) keeps the URL
+        # a running sampler scrapes
+        try:
+            metrics_port = int(self.metrics_port_file.read_text().strip())
+        except (OSError, ValueError):
+            metrics_port = 0
+        if not metrics_port or not port_is_free(metrics_port):
+            metrics_port = free_port()
         args = [
             str(temporal_binary()), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(wanted), "--headless",
             "--db-filename", str(self.db), "--log-level", "warn",
-            "--http-port", str(free_port()), "--metrics-port", str(free_port()),
+            "--http-port", str(free_port()), "--metrics-port", str(metrics_port),
         ]
         for pragma in TEMPORAL_PRAGMAS:
             args += ["--sqlite-pragma", pragma]
@@ -516,6 +543,7 @@ class TemporalDev:
             )
         self.pid_file.write_text(str(proc.pid))
         self.port_file.write_text(str(wanted))
+        self.metrics_port_file.write_text(str(metrics_port))
         self._wait_ready(proc)
         return self.address(), note
 
@@ -560,6 +588,20 @@ class TemporalDev:
     def restart(self) -> None:
         self.stop()
         self.start(self.port())
+
+
+def _flag_value(pid: int | None, flag: str) -> int | None:
+    """The integer after ``flag`` on a process's command line."""
+    import psutil
+
+    try:
+        args = psutil.Process(pid).cmdline() if pid else []
+    except psutil.Error:
+        return None
+    for i, a in enumerate(args[:-1]):
+        if a == flag and args[i + 1].isdigit():
+            return int(args[i + 1])
+    return None
 
 
 def _namespace_ready(address: str) -> bool:
