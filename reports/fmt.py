@@ -1,5 +1,6 @@
 """How a figure is written, for the reports and the terminal alike: one module, one marker for a
-figure that is missing or does not apply (:data:`MISSING`)."""
+figure that is missing or does not apply (:data:`MISSING`), and one for a figure that applies but
+could not be measured (:data:`UNAVAILABLE`, always shown with its reason)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 from typing import Any
 
 MISSING = "—"
+UNAVAILABLE = "not available"  # a figure that applies but could not be measured here (the reason is shown)
 
 
 def missing(x: Any) -> bool:

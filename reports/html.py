@@ -10,6 +10,8 @@ import json
 from html import escape
 from typing import Callable
 
+from reports import fmt
+from reports.costs import BLOAT_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
@@ -40,6 +42,8 @@ ol.say li{margin:5px 0} .cite{color:#555;font-size:12px;white-space:nowrap}
 figure{margin:18px 0;background:#fff;border:1px solid #e1e1e1;padding:10px}
 figure img{max-width:100%} figcaption{color:#444;font-size:13px}
 details{margin:4px 0} pre{white-space:pre-wrap;font-size:12px;background:#f4f4f4;padding:8px}
+td.na{color:#8a6d00} .notes{font-size:12px;color:#444} .notes li{margin:2px 0}
+td.q{text-align:left;font-family:ui-monospace,monospace;font-size:11px;max-width:620px;overflow-wrap:anywhere}
 .verdict-go{color:#1d7a1d;font-size:20px;font-weight:700} .verdict-nogo{color:#b3261e;font-size:20px;font-weight:700}
 """
 
@@ -138,15 +142,65 @@ def section_summary(report: Report) -> str:
                 classes.append("text")
             value = "" if c.value is None else (c.value if isinstance(c.value, str) else repr(c.value))
             ratio = f'<span class="ratio">{escape(c.ratio)} vs baseline</span>' if c.ratio else ""
+            if c.note:
+                classes.append("na")
+            title = f' title="{escape(c.note)}"' if c.note else ""
             cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
-                         f'data-value="{escape(str(value))}">{escape(c.text)}{ratio}</td>')
+                         f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>')
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
     legend = ("★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value). "
               "Ratios are each run's figure over the baseline's. — : does not apply (memory has no Postgres tables). "
-              "Lag and rates cover the measured window only; warm-up is excluded. "
-              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+              "Lag and rates cover the measured window only; warm-up is excluded. " + SERVER_WIDE_NOTE)
+    notes = t.notes()
+    note_html = ""
+    if notes:
+        note_html = ('<div class="notes" id="unavailable"><b>not available</b>, and why:<ul>'
+                     + "".join(f"<li>{escape(label)}: {escape(reason)}</li>" for label, reason in notes) + "</ul></div>")
     return (f'<section id="summary-section"><h2>Table 1 · Summary</h2><table id="summary">{_run_headers(report, "figure")}'
-            + "".join(rows) + f'</table><p class="meta">{escape(legend)}</p></section>')
+            + "".join(rows) + f'</table><p class="meta">{escape(legend)}</p>{note_html}</section>')
+
+
+def section_bloat(report: Report) -> str:
+    """Table 2: dead tuples by relation at the end of each run, exact beside the estimate."""
+    if not report.bloat:
+        return ""
+    head = ("<tr><th class=\"k\">run</th><th class=\"k\">relation</th><th>dead tuples (pgstattuple)</th>"
+            "<th>n_dead_tup (statistics)</th><th>dead, % of bytes</th><th>live tuples</th><th>free space</th>"
+            "<th>free %</th><th>agree?</th></tr>")
+    rows = []
+    for b in report.bloat:
+        agree = '<span class="bad">✘ off by more than 20%</span>' if b.disagree else '<span class="ok">✔</span>'
+        rows.append(f'<tr data-bloat="{escape(b.relation)}" data-run="{escape(b.run)}"><td class="k">{escape(b.run)}</td>'
+                    f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td><td>{fmt.fixed(b.n_dead_tup)}</td>'
+                    f"<td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td><td>{fmt.fixed(b.live_exact)}</td>"
+                    f"<td>{fmt.human_bytes(b.free_bytes)}</td><td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>")
+    return (f'<section id="bloat-section"><h2>Table 2 · Dead tuples by relation at the end of each run</h2>'
+            f'<table id="bloat">{head}{"".join(rows)}</table><p class="meta">{escape(BLOAT_NOTE)}</p></section>')
+
+
+def section_statements(report: Report) -> str:
+    """Table 3: each design's top statements by time and by WAL, per fire."""
+    if not report.statements:
+        return ""
+    out = ['<section id="statements-section"><h2>Table 3 · Top statements per design</h2>']
+    head = ("<tr><th class=\"k\">statement</th><th>calls / fire</th><th>ms / fire</th><th>mean ms</th>"
+            "<th>WAL / fire</th><th>FPI / fire</th><th>blocks dirtied / fire</th><th>rows / call</th></tr>")
+    for top in report.statements:
+        run = next(r for r in report.runs if r.label == top.run)
+        out.append(f"<h3>{_swatch(run)}{escape(top.run)}</h3>")
+        if not top.by_time:
+            why = top.unavailable or "no statements were recorded in the window"
+            out.append(f'<div class="notes" data-statements="{escape(top.run)}">{fmt.UNAVAILABLE}: {escape(why)}</div>')
+            continue
+        for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
+            body = "".join(
+                f'<tr><td class="q">{escape(x.query)}</td><td>{fmt.num(x.calls_per_fire)}</td><td>{fmt.num(x.ms_per_fire)}</td>'
+                f"<td>{fmt.num(x.mean_ms)}</td><td>{fmt.human_bytes(x.wal_bytes_per_fire)}</td><td>{fmt.num(x.fpi_per_fire)}</td>"
+                f"<td>{fmt.num(x.dirtied_per_fire)}</td><td>{fmt.num(x.rows_per_call)}</td></tr>" for x in rows)
+            out.append(f'<table class="statements" data-run="{escape(top.run)}" data-by="{title}"><caption>{escape(title)}</caption>'
+                       f"{head}{body or '<tr><td colspan=8>none</td></tr>'}</table>")
+    out.append(f'<p class="meta">{escape(STATEMENTS_NOTE)}</p></section>')
+    return "".join(out)
 
 
 def section_narrative(report: Report) -> str:
@@ -239,6 +293,8 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
     section_summary,
     section_narrative,
+    section_bloat,
+    section_statements,
     section_figures,
     section_migration,
     section_environment,

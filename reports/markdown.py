@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from reports import fmt
+from reports.costs import BLOAT_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
 from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
@@ -83,8 +85,40 @@ def md_summary(report: Report) -> str:
         rows.append(cells)
     return ("## Table 1 · Summary\n\n" + _table(_headers(report, "figure"), rows)
             + "\n\n★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value); (×r) is the ratio to the baseline; "
-              "— does not apply. Lag and rates cover the measured window only; warm-up is excluded. "
-              "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+              "Lag and rates cover the measured window only; warm-up is excluded. " + SERVER_WIDE_NOTE
+            + ("\n\n**not available**, and why:\n" if report.table.notes() else "")
+            + "\n".join(f"- {label}: {reason}" for label, reason in report.table.notes()))
+
+
+def md_bloat(report: Report) -> str:
+    if not report.bloat:
+        return ""
+    rows = [[b.run, b.relation, fmt.fixed(b.dead_exact), fmt.fixed(b.n_dead_tup), fmt.fixed(b.dead_percent, "{:.1f}%"),
+             fmt.fixed(b.live_exact), fmt.human_bytes(b.free_bytes), fmt.fixed(b.free_percent, "{:.1f}%"),
+             "✘ off by more than 20%" if b.disagree else "✔"] for b in report.bloat]
+    header = ["run", "relation", "dead tuples (pgstattuple)", "n_dead_tup (statistics)", "dead, % of bytes",
+              "live tuples", "free space", "free %", "agree?"]
+    return "## Table 2 · Dead tuples by relation at the end of each run\n\n" + _table(header, rows) + "\n\n" + BLOAT_NOTE
+
+
+def md_statements(report: Report) -> str:
+    if not report.statements:
+        return ""
+    out = ["## Table 3 · Top statements per design"]
+    header = ["statement", "calls / fire", "ms / fire", "mean ms", "WAL / fire", "FPI / fire", "blocks dirtied / fire",
+              "rows / call"]
+    for top in report.statements:
+        out.append(f"### {top.run}")
+        if not top.by_time:
+            out.append(f"{fmt.UNAVAILABLE}: {top.unavailable or 'no statements were recorded in the window'}")
+            continue
+        for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
+            out.append(f"**{title}**\n\n" + _table(header, [[f"`{x.query}`", fmt.num(x.calls_per_fire), fmt.num(x.ms_per_fire),
+                                                               fmt.num(x.mean_ms), fmt.human_bytes(x.wal_bytes_per_fire),
+                                                               fmt.num(x.fpi_per_fire), fmt.num(x.dirtied_per_fire),
+                                                               fmt.num(x.rows_per_call)] for x in rows]))
+    out.append(STATEMENTS_NOTE)
+    return "\n\n".join(out)
 
 
 def md_narrative(report: Report) -> str:
@@ -138,7 +172,8 @@ def md_runs(report: Report) -> str:
 
 
 SECTIONS: list[Callable[[Report], str]] = [
-    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_migration, md_environment, md_runs,
+    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_bloat, md_statements,
+    md_migration, md_environment, md_runs,
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from reports.costs import BloatRow, TopStatements, bloat_rows, top_statements
 from reports.load import Run
 from reports.narrative import Sentence, sentences
 from reports.plots import Figure, render_figures
@@ -31,10 +32,17 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     failures: list[FailedRun] = field(default_factory=list)
     generated_at: str = ""
+    bloat: list[BloatRow] = field(default_factory=list)
+    statements: list[TopStatements] = field(default_factory=list)
 
     @property
     def baseline(self) -> Run | None:
         return self.runs[self.table.baseline] if self.runs else None
+
+
+def _uses_postgres(run: Run) -> bool:
+    return (run.statements is not None or bool((run.summary.get("unavailable") or {}).get("statements"))
+            or "postgres" in ((run.summary.get("bill") or {}).get("stores") or []))
 
 
 def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
@@ -47,4 +55,6 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         figures=render_figures(runs) if (with_figures and runs) else [],
         failures=list(failures or []),
         generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        bloat=bloat_rows(runs),
+        statements=[top_statements(r) for r in runs if _uses_postgres(r)],
     )

@@ -69,3 +69,13 @@ def test_checks_flag_an_unheld_rate_missed_fires_and_duplicate_effects():
     checks = {c.name: c.ok for c in run_checks(run("a", achieved_rate=80.0, missed=2, duplicate_effects=1, complete=False))}
     assert checks == {"complete": False, "rate held": False, "no missed fires": False, "no duplicate effects": False}
     assert all(c.ok for c in run_checks(run("b")))
+
+
+def test_a_figure_that_could_not_be_measured_says_not_available_and_why():
+    why = "pg_stat_statements is not created in database mine (CREATE EXTENSION pg_stat_statements, as a superuser)"
+    r = run("pg_a", statements=None, unavailable={"statements": why}, fires=100, bill={"stores": ["postgres"]})
+    t = build_summary_table([r, run("memory")])
+    cell = t.row("statement_ms_per_fire").cells[0]
+    assert cell.value is None and cell.text == "not available" and cell.note == why
+    assert t.row("statement_ms_per_fire").cells[1].text == "—"  # memory: does not apply, no reason
+    assert t.notes() == [("pg_a", why)]
