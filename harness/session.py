@@ -68,7 +68,8 @@ class RunSession:
         self.label = label  # the run's name in reports (default: the scheduler's)
         self.sample_every_s = sample_every_s  # None: the sampler's default period
         self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
-        self.measurement: dict[str, Any] = {"unavailable": {}}
+        self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
+        self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
@@ -393,8 +394,8 @@ class RunSession:
 
         dev = stack.temporal()
         if dev.running() and self.temporal_address == dev.address():
-            pid = dev.pid()
-            return ServerWatch("temporal", roots=lambda: [pid] if pid else [], files=dev.db_files(),
+            # the pid file is read each time: a restart (a fault) starts a new process
+            return ServerWatch("temporal", roots=lambda: [p for p in (dev.pid(),) if p], files=dev.db_files(),
                                metrics_url=self.temporal_metrics or dev.metrics_url())
         why = (f"the Temporal server at {self.temporal_address} is not the embedded dev server, so its processes' "
                f"disk writes and its files are not measured")
@@ -415,7 +416,6 @@ class RunSession:
         """CHECKPOINT a little before the measured window, then the sampler's edge samples and
         statement reads at its start and end (the end is also closed by :meth:`_close_window`
         when the run stops early)."""
-        self._window_opened = self._window_closed = False
         start = self.window["measure_start"]
         lead = min(CHECKPOINT_LEAD_S, max(0.0, self.w.warmup_s) / 2)
         await asyncio.sleep(max(0.0, start - lead - time.time()))
@@ -431,12 +431,12 @@ class RunSession:
         await self.sampler.window_end()
 
     async def _close_window(self, edges: asyncio.Task) -> None:
-        if not edges.done() and getattr(self, "_window_closed", False):
+        if not edges.done() and self._window_closed:
             await asyncio.gather(edges, return_exceptions=True)  # the end edge is under way
             return
         edges.cancel()
         await asyncio.gather(edges, return_exceptions=True)
-        if getattr(self, "_window_opened", False) and not getattr(self, "_window_closed", False):
+        if self._window_opened and not self._window_closed:
             self._window_closed = True
             try:
                 await self.sampler.window_end()  # stopped early: the window ends here

@@ -748,9 +748,9 @@ def cost_figures(run_dir: Path, tables: dict[str, Any], n_fires: int, unavailabl
 
     ``bill``: ``durable_writes`` = row writes of the design's tables (heap + TOAST) plus the
     write requests Temporal's persistence served (a request may write several rows of its own
-    store: the units differ, said where shown); ``bytes_written`` = bytes the processes of every
-    server the run used wrote (None unless every one of them could be read); ``stores``: those
-    servers. ``statements``: totals of ``statements.parquet`` by source. ``bloat``: per relation,
+    store: the units differ, said where shown); ``bytes_written`` = the sum of every server's
+    ``bytes_written`` (Postgres: pg_stat_io; Temporal: what the kernel charged its process; None
+    unless every server the run used has it); ``stores``: those servers. ``statements``: totals of ``statements.parquet`` by source. ``bloat``: per relation,
     pgstattuple beside n_dead_tup, and totals over tables and TOAST tables apart."""
     servers = tables.get("servers") or {}
     row_writes = (tables.get("per_fire") or {}).get("row_writes")
@@ -762,7 +762,7 @@ def cost_figures(run_dir: Path, tables: dict[str, Any], n_fires: int, unavailabl
             unavailable.setdefault("temporal_metrics", "the Temporal server's metrics were not scraped")
     elif "postgres" in servers or row_writes is not None:
         durable = row_writes
-    written = [srv["per_fire"].get("write_bytes") for srv in servers.values()]
+    written = [srv["per_fire"].get("bytes_written") for srv in servers.values()]
     bill = {
         "durable_writes": durable,
         "bytes_written": float(sum(written)) if written and all(w is not None for w in written) else None,

@@ -31,8 +31,10 @@ HOT updates / updates since the start (NaN before the first update).
 Per server (scope ``server:<name>``, cumulative since the baseline): for Postgres
 ``wal_records``, ``wal_fpi``, ``wal_bytes`` (pg_stat_wal), ``io_write_bytes`` (pg_stat_io, all
 backend types, Postgres 18) and ``checkpoints``; for every server whose processes we can read,
-``write_bytes`` and ``cpu_s`` (:mod:`metrics.stores`); ``file_bytes`` of its files; for
-Temporal, the counters of its metrics endpoint.
+``write_bytes``, ``write_chars`` and ``cpu_s``, in total and by kind of process
+(:mod:`metrics.stores`); ``file_bytes`` of its files; for Temporal, the counters of its metrics
+endpoint; and ``bytes_written``, the figure the bill adds up (Postgres: pg_stat_io; a server
+without I/O statistics of its own: what the kernel charged its processes).
 
 Samples are written as closed segments (:func:`metrics.rundir.samples_segment`) every
 ``SEGMENT_EVERY_SAMPLES`` samples, each holding only the rows since the last one, so a run killed
@@ -60,7 +62,7 @@ from metrics.hdr import percentiles_ms, reset
 from metrics.recorder import FireRecorder
 from metrics import rundir
 from metrics.rundir import SAMPLES_SCHEMA, TOAST_SUFFIX, is_relation_scope, server_scope, write_bloat, write_statements
-from metrics.stores import ProcessTree, ServerWatch, file_bytes, local_postgres_roots, scrape
+from metrics.stores import ProcessTree, ServerWatch, file_bytes, postmaster_of, scrape
 from schedulers.sqlfile import load_blocks
 
 SQL = load_blocks(Path(__file__).with_name("sampler.sql"))
@@ -138,6 +140,7 @@ class Sampler:
         self._last_rows = recorder.rows
         self._last_claims: float | None = None
         self._last_sample_ms = 0.0
+        self._postmaster: int | None = None  # the local Postgres server's postmaster, when we can follow it
         self._lock = asyncio.Lock()
         self._statements0: dict[tuple, dict[str, Any]] | None = None
         self.errors = 0
@@ -171,6 +174,9 @@ class Sampler:
         self._conn = await psycopg.AsyncConnection.connect(
             self.dsn, autocommit=True, connect_timeout=10, application_name="timerbench-sampler"
         )
+        if self._postmaster is not None:  # a restarted server has a new postmaster: follow it
+            _, backend_pid = await pgcost.server_info(self._conn)
+            self._postmaster = postmaster_of(backend_pid, self._conn.info.host or "") or self._postmaster
 
     async def _edge_conn(self) -> psycopg.AsyncConnection:
         """A connection of its own for the slow edge statements (CHECKPOINT, statements, pgstattuple),
@@ -196,13 +202,13 @@ class Sampler:
         if version_num < pgcost.PG_STAT_IO_FROM:
             self.unavailable["postgres_io"] = f"pg_stat_io counts bytes from Postgres 18 (server_version_num {version_num})"
         host = self._conn.info.host or ""
-        roots = local_postgres_roots(backend_pid, host)
-        if roots is None:
+        self._postmaster = postmaster_of(backend_pid, host)
+        if self._postmaster is None:
             self.unavailable["postgres_process"] = (
                 f"the Postgres server at {host or 'its socket'} is not a process on this machine that we can "
                 f"follow, so its processes' disk writes and CPU are not measured (WAL and pg_stat_io are)")
         else:
-            self._trees[POSTGRES] = ProcessTree(roots)
+            self._trees[POSTGRES] = ProcessTree(lambda: [self._postmaster])
 
     async def _resolve(self) -> None:
         if not self._names or self._conn is None:
@@ -264,6 +270,8 @@ class Sampler:
             if v < base:
                 self._server_base[name] = base = v - self.latest.get((pg, name), 0.0)
             self._add(t, pg, name, v - base)
+        if "io_write_bytes" in server:  # what Postgres says it wrote to its files: its bytes_written
+            self._add(t, pg, "bytes_written", self.latest[(pg, "io_write_bytes")])
         for r in rows:
             scope = self._scopes[int(r[0])]
             live, dead, ins, upd, hot, dele, av, vac, tbytes, ibytes = r[1:]
@@ -291,16 +299,26 @@ class Sampler:
             if baseline or srv.name not in self._scrape_base:
                 self._scrape_base[srv.name] = dict(values)
             base = self._scrape_base[srv.name]
-            self._scraped[srv.name] = {k: v - base.setdefault(k, 0.0) for k, v in values.items()}
+            before = self._scraped.get(srv.name, {})
+            scraped = {}
+            for k, v in values.items():
+                b = base.setdefault(k, 0.0)
+                if v - b < before.get(k, 0.0):  # the server restarted (a fault): its counters began again
+                    b = base[k] = v - before.get(k, 0.0)
+                scraped[k] = v - b
+            self._scraped[srv.name] = scraped
         self._last_scrape = time.time()
 
     def _server_sample(self, t: float) -> None:
+        watched = {srv.name: srv for srv in self.servers}
         for name, tree in self._trees.items():
             values = tree.sample()
             if tree.error:
                 self.unavailable.setdefault(f"{name}_process", tree.error)
             for metric, v in values.items():
                 self._add(t, server_scope(name), metric, v)
+            if name in watched:  # a server without its own I/O statistics: what the kernel charged it
+                self._add(t, server_scope(name), "bytes_written", values[watched[name].bytes_written_from])
         for srv in self.servers:
             if srv.files:
                 self._add(t, server_scope(srv.name), "file_bytes", file_bytes(srv.files))

@@ -15,10 +15,12 @@ QUERY_CHARS = 220  # statement text shown; the rest is in statements.parquet
 SERVER_WIDE_NOTE = (
     "WAL, pg_stat_io, the servers' process figures and Temporal's counters are server-wide: anything else "
     "using the same server during a run counts too. A CHECKPOINT runs just before each measured window, so "
-    "every window pays its first-touch full-page images alike. Bytes written by a server's processes are what "
-    "the kernel charged them in the window: Postgres defers most data-page writes to its next checkpoint "
-    "(outside a short window), while SQLite writes its WAL back every ~4 MB, so the stores do not pay on the "
-    "same schedule. Durable writes add rows (Postgres) to persistence write requests (Temporal); one request "
+    "every window pays its first-touch full-page images alike, and a short window right after it pays more of "
+    "them than a long one would. Bytes written: Postgres's own count of what it wrote to its files "
+    "(pg_stat_io: WAL, data pages, extensions), and for Temporal what the kernel charged its process towards "
+    "storage (Table 4 says why the kernel's count is not used for Postgres). Postgres defers most data-page "
+    "writes to its next checkpoint (outside a short window), while SQLite checkpoints its WAL every ~4 MB, so "
+    "the stores do not pay on the same schedule. Durable writes add rows (Postgres) to persistence write requests (Temporal); one request "
     "may write several rows of Temporal's own store. — : does not apply; not available: applies but could "
     "not be measured here (the reason is listed under the table)."
 )
@@ -69,6 +71,44 @@ def bloat_rows(runs: list[Run]) -> list[BloatRow]:
                 dead_percent=_num(rel.get("dead_tuple_percent")), free_bytes=_num(rel.get("free_space")),
                 free_percent=_num(rel.get("free_percent")), n_dead_tup=_num(rel.get("n_dead_tup")),
                 live_exact=_num(rel.get("tuple_count")), disagree=bool(rel.get("disagree"))))
+    return out
+
+
+PROCESS_NOTE = (
+    "Per fire, what each kind of server process did in the measured window, from /proc/<pid>/io: bytes it "
+    "passed to write() (files, and sockets written with write(): Temporal's gRPC answers count there), what the "
+    "kernel charged it towards storage (counted by page-cache folio when a clean folio is dirtied: a Postgres "
+    "commit rewrites its WAL page after each fsync and is charged a whole large folio, ~240 KB measured for "
+    "8.5 KB written, so for Postgres this overstates the bytes many times; SQLite's 4 KB WAL frames were "
+    "charged what they wrote), and its CPU. Postgres processes are told apart by their title; client backends "
+    "are the designs' connections (and the sampler's); the postmaster row also holds what exiting processes "
+    "did after their last reading. The bill adds pg_stat_io for Postgres and the kernel's count for Temporal."
+)
+
+
+@dataclass
+class ProcessRow:
+    run: str
+    server: str
+    kind: str
+    write_chars_per_fire: float | None
+    write_bytes_per_fire: float | None
+    cpu_ms_per_fire: float | None
+
+
+def process_rows(runs: list[Run]) -> list[ProcessRow]:
+    """Per run and server, each kind of process's bytes written and CPU per fire, largest first."""
+    out = []
+    for r in runs:
+        for server, figures in sorted((r.summary.get("servers") or {}).items()):
+            per_fire = figures.get("per_fire") or {}
+            kinds = {k.split(".", 1)[1] for k in per_fire if k.startswith(("write_bytes.", "cpu_s."))}
+            rows = [ProcessRow(r.label, server, kind, _num(per_fire.get(f"write_chars.{kind}")),
+                               _num(per_fire.get(f"write_bytes.{kind}")),
+                               None if _num(per_fire.get(f"cpu_s.{kind}")) is None
+                               else 1000.0 * float(per_fire[f"cpu_s.{kind}"])) for kind in kinds]
+            rows = [x for x in rows if x.write_chars_per_fire or x.write_bytes_per_fire or x.cpu_ms_per_fire]
+            out.extend(sorted(rows, key=lambda x: -(x.write_chars_per_fire or 0.0)))
     return out
 
 

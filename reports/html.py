@@ -11,7 +11,7 @@ from html import escape
 from typing import Callable
 
 from reports import fmt
-from reports.costs import BLOAT_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
@@ -178,6 +178,21 @@ def section_bloat(report: Report) -> str:
             f'<table id="bloat">{head}{"".join(rows)}</table><p class="meta">{escape(BLOAT_NOTE)}</p></section>')
 
 
+def section_processes(report: Report) -> str:
+    """Table 4: bytes written and CPU per fire by server and kind of process."""
+    if not report.processes:
+        return ""
+    head = ('<tr><th class="k">run</th><th class="k">server</th><th class="k">process</th>'
+            "<th>bytes passed to write() / fire</th><th>kernel's storage charge / fire</th><th>CPU ms / fire</th></tr>")
+    rows = "".join(f'<tr data-process="{escape(p.kind)}" data-run="{escape(p.run)}"><td class="k">{escape(p.run)}</td>'
+                   f'<td class="k">{escape(p.server)}</td><td class="k">{escape(p.kind)}</td>'
+                   f"<td>{fmt.human_bytes(p.write_chars_per_fire)}</td><td>{fmt.human_bytes(p.write_bytes_per_fire)}</td>"
+                   f"<td>{fmt.num(p.cpu_ms_per_fire)}</td></tr>"
+                   for p in report.processes)
+    return (f'<section id="processes-section"><h2>Table 4 · Bytes written and CPU per fire, by server process</h2>'
+            f'<table id="processes">{head}{rows}</table><p class="meta">{escape(PROCESS_NOTE)}</p></section>')
+
+
 def section_statements(report: Report) -> str:
     """Table 3: each design's top statements by time and by WAL, per fire."""
     if not report.statements:
@@ -295,6 +310,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_narrative,
     section_bloat,
     section_statements,
+    section_processes,
     section_figures,
     section_migration,
     section_environment,

@@ -7,7 +7,7 @@ import json
 from typing import Callable
 
 from reports import fmt
-from reports.costs import BLOAT_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
 from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
@@ -121,6 +121,16 @@ def md_statements(report: Report) -> str:
     return "\n\n".join(out)
 
 
+def md_processes(report: Report) -> str:
+    if not report.processes:
+        return ""
+    rows = [[p.run, p.server, p.kind, fmt.human_bytes(p.write_chars_per_fire), fmt.human_bytes(p.write_bytes_per_fire),
+             fmt.num(p.cpu_ms_per_fire)] for p in report.processes]
+    return ("## Table 4 · Bytes written and CPU per fire, by server process\n\n"
+            + _table(["run", "server", "process", "bytes passed to write() / fire", "kernel's storage charge / fire",
+                      "CPU ms / fire"], rows) + "\n\n" + PROCESS_NOTE)
+
+
 def md_narrative(report: Report) -> str:
     if not report.narrative:
         return ""
@@ -172,7 +182,7 @@ def md_runs(report: Report) -> str:
 
 
 SECTIONS: list[Callable[[Report], str]] = [
-    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_bloat, md_statements,
+    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_bloat, md_statements, md_processes,
     md_migration, md_environment, md_runs,
 ]
 

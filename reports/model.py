@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from reports.costs import BloatRow, TopStatements, bloat_rows, top_statements
+from reports.costs import BloatRow, ProcessRow, TopStatements, bloat_rows, process_rows, top_statements
 from reports.load import Run
 from reports.narrative import Sentence, sentences
 from reports.plots import Figure, render_figures
@@ -34,6 +34,7 @@ class Report:
     generated_at: str = ""
     bloat: list[BloatRow] = field(default_factory=list)
     statements: list[TopStatements] = field(default_factory=list)
+    processes: list[ProcessRow] = field(default_factory=list)
 
     @property
     def baseline(self) -> Run | None:
@@ -57,4 +58,5 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         bloat=bloat_rows(runs),
         statements=[top_statements(r) for r in runs if _uses_postgres(r)],
+        processes=process_rows(runs),
     )

@@ -15,28 +15,16 @@ from metrics.extensions import extensions
 from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
 from tests.cost.conftest import settle, write_run_dir
+from tests.unit.test_sampler import OneTable  # a scheduler of one table, {schema}.triggers
 
 ROWS, DELETED = 2000, 500
-
-
-class OneTable:
-    needs_postgres = True
-
-    def __init__(self, schema: str) -> None:
-        self.schema = schema
-
-    def relations(self) -> list[str]:
-        return [f"{self.schema}.bloated"]
-
-    async def stats(self) -> dict[str, float]:
-        return {}
 
 
 async def test_pgstattuple_counts_a_deliberately_bloated_tables_dead_tuples(pg_dsn, schema, tmp_path):
     usable = {n: e.schema for n, e in (await asyncio.to_thread(extensions, pg_dsn)).items() if e.usable}
     if "pgstattuple" not in usable:
         pytest.skip(f"pgstattuple is not usable on this server: {extensions(pg_dsn)['pgstattuple'].missing}")
-    table = sql.Identifier(schema, "bloated")
+    table = sql.Identifier(schema, "triggers")
     with psycopg.connect(pg_dsn) as holder:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
@@ -51,7 +39,7 @@ async def test_pgstattuple_counts_a_deliberately_bloated_tables_dead_tuples(pg_d
             holder.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
             conn.execute(sql.SQL("DELETE FROM {} WHERE mod(id, 4) = 0").format(table))
             pages = conn.execute("SELECT pg_relation_size(%s::regclass) / 8192",
-                                 (f'"{schema}"."bloated"',)).fetchone()[0]
+                                 (f'"{schema}"."triggers"',)).fetchone()[0]
         await settle()  # the closed connection's counters reach the statistics
         sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path,
                           extensions=usable, every_s=0)
@@ -60,7 +48,7 @@ async def test_pgstattuple_counts_a_deliberately_bloated_tables_dead_tuples(pg_d
         await sampler.close()
         holder.rollback()
     relations = {r["scope"]: r for r in rundir.read_bloat(tmp_path)}
-    r = relations[f"{schema}.bloated"]
+    r = relations[f"{schema}.triggers"]
     assert r["dead_tuple_count"] == DELETED
     assert r["tuple_count"] == ROWS - DELETED
     assert r["table_len"] == pages * 8192
@@ -73,7 +61,7 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     usable = {n: e.schema for n, e in (await asyncio.to_thread(extensions, pg_dsn)).items() if e.usable}
     if "pgstattuple" not in usable:
         pytest.skip("pgstattuple is not usable on this server")
-    table = sql.Identifier(schema, "bloated")
+    table = sql.Identifier(schema, "triggers")
     # a connection that closes: a backend flushes its table counters at exit (an idle one may
     # keep them for up to 10 s), so they are in the statistics before the reset below
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -85,7 +73,7 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     await settle()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         # the statistics forget the table's counters; its pages still hold the dead tuples
-        conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (f'"{schema}"."bloated"',))
+        conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (f'"{schema}"."triggers"',))
     sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path,
                       extensions=usable, every_s=0)
     await sampler.open()
@@ -93,6 +81,6 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     await sampler.close()
     write_run_dir(tmp_path, 0.0, 1.0, [])
     s = rundir.compute_summary(tmp_path)
-    assert s["bloat"]["disagree"] == [f"{schema}.bloated"]
+    assert s["bloat"]["disagree"] == [f"{schema}.triggers"]
     assert s["bloat"]["dead_tuples_exact"] == DELETED and s["bloat"]["n_dead_tup"] == 0
-    assert any(w.startswith(f"dead tuples of {schema}.bloated at the end: pgstattuple counts 500") for w in s["warnings"])
+    assert any(w.startswith(f"dead tuples of {schema}.triggers at the end: pgstattuple counts 500") for w in s["warnings"])

@@ -117,7 +117,6 @@ def expected_figures(s: dict) -> dict[str, object]:
         "toast_deletes_per_fire": pf.get("toast_deletes"), "heap_writes_per_fire": pf.get("heap_writes"),
         "toast_writes_per_fire": pf.get("toast_writes"), "row_writes_per_fire": pf.get("row_writes"),
         "wal_records_per_fire": pf.get("wal_records"), "wal_fpi_per_fire": pf.get("wal_fpi"),
-        "postgres_bytes_per_fire": server("postgres", "write_bytes"),
         "postgres_io_bytes_per_fire": server("postgres", "io_write_bytes"),
         "postgres_cpu_ms_per_fire": server("postgres", "cpu_s", 1000.0),
         "temporal_requests_per_fire": server("temporal", "persistence_requests"),

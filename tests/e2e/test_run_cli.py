@@ -125,7 +125,8 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_pa
             # the whole bill on the embedded stack: every extension and process is readable
             assert s["unavailable"] == {}, s["unavailable"]
             assert s["per_fire"]["row_writes"] == pytest.approx(s["per_fire"]["heap_writes"] + s["per_fire"]["toast_writes"])
-            assert s["per_fire"]["wal_records"] > 0 and s["servers"]["postgres"]["per_fire"]["write_bytes"] > 0
+            assert s["per_fire"]["wal_records"] > 0 and s["servers"]["postgres"]["per_fire"]["bytes_written"] > 0
+            assert s["servers"]["postgres"]["per_fire"]["write_chars"] > 0
             assert (run_dir / rundir.STATEMENTS).exists() and s["statements"]["design"]["calls"] > 0
             assert {r["scope"] for r in s["bloat"]["relations"]} >= scopes
             if cfg["temporal_address"]:

@@ -84,6 +84,9 @@ def test_process_tree_counts_the_bytes_its_processes_write(tmp_path):
     # the kernel charges a process for what it sent towards storage: at least the file's bytes
     assert values["write_bytes"] >= written, values
     assert values["cpu_s"] > 0
+    # by kind of process (here both are python): the kinds add up to the total
+    kinds = {k: v for k, v in values.items() if k.startswith("write_bytes.")}
+    assert kinds and sum(kinds.values()) == values["write_bytes"]
 
 
 def test_file_bytes_sums_the_files_that_exist(tmp_path):
