@@ -7,9 +7,10 @@ Server-wide means every database and every client: on a shared server, other wor
 Statements: the window's cost of each statement is the difference of two reads of
 ``pg_stat_statements`` (start and end of the window), restricted to this database; on the
 embedded server the entries of this database are reset at the start, so the first read is
-(nearly) empty. Postgres 18 files same-shaped statements on same-named tables of *different
-schemas* under one entry: only the window's difference is this run's, and a run sharing the
-server with another run of the same design would be counted in it too. Statements whose text
+(nearly) empty. Postgres 18 files same-shaped statements under one entry when their tables carry
+the same names or aliases, whatever their schema (it jumbles names, not oids): only the window's
+difference is this run's, and a run sharing the server with another run of the same design
+would be counted in it too. Statements whose text
 carries ``timerbench-sampler`` are the sampler's own (``source`` = ``sampler``).
 """
 

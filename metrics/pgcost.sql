@@ -34,8 +34,9 @@ CHECKPOINT
 
 -- name: statements_reset
 -- At the window's start, on the embedded server only: this database's entries (other databases'
--- are left alone). Postgres 18 files same-shaped statements on same-named tables of different
--- schemas under one entry, so without this an entry would carry earlier runs' calls.
+-- are left alone). Postgres 18 files same-shaped statements under one entry when their tables
+-- carry the same names or aliases, whatever the schema, so without this an entry would carry
+-- earlier runs' calls.
 SELECT /* timerbench-sampler */ {schema}.pg_stat_statements_reset(
     0::oid, (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()), 0::bigint)
 

@@ -27,8 +27,9 @@ SERVER_WIDE_NOTE = (
 STATEMENTS_NOTE = (
     "From pg_stat_statements over the measured window only: this database's entries are reset at the "
     "window's start on the embedded server (elsewhere the window is the difference of two reads). "
-    "Postgres 18 counts same-shaped statements on same-named tables of different schemas as one entry, "
-    "so another run on the same server at the same time would be counted here too. Per fire = the "
+    "Postgres 18 counts same-shaped statements as one entry when their tables carry the same names or "
+    "aliases, whatever their schema (pg_partitioned's claims of all partitions are one entry), so another "
+    "run on the same server at the same time would be counted here too. Per fire = the "
     "window's total over the fires received in it; the sampler's own statements are left out."
 )
 BLOAT_NOTE = (
