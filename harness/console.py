@@ -65,7 +65,8 @@ def summary_table(s: dict[str, Any]):
 
 def problem_lines(s: dict[str, Any]) -> list[str]:
     """What went wrong, one short line per problem: why the run is incomplete (if it is), then
-    the other warnings, each said once."""
+    the other warnings, each said once; then the measurement notes (caveats of the cost figures)."""
     reason = s.get("incomplete_reason")
     first = [f"incomplete: {fmt.one_line(reason, limit=400)}"] if not s["complete"] and reason else []
-    return first + [f"warning: {w}" for w in fmt.collapse(s["warnings"], known=[reason])]
+    return (first + [f"warning: {w}" for w in fmt.collapse(s["warnings"], known=[reason])]
+            + [f"note: {n}" for n in s.get("measurement_notes") or []])

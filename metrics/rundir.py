@@ -570,7 +570,6 @@ def compute_summary(
         )
     if measured_s <= 0 and complete:
         warnings.append("empty measured window")
-    warnings.extend(_cost_warnings(window, tables, costs))
 
     return {
         "complete": bool(complete),
@@ -591,6 +590,9 @@ def compute_summary(
         **costs,
         "unavailable": unavailable,
         "warnings": warnings,
+        # what the reader of the cost figures must know (they are shown as warnings in the
+        # report), kept apart from the run's own problems above
+        "measurement_notes": _cost_warnings(window, tables, costs),
     }
 
 

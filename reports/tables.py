@@ -330,11 +330,11 @@ _CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "n
 
 def warning_lines(run: Run, checks: list[Check]) -> list[str]:
     """What went wrong in one run, one short line per problem: its warnings, then the failed
-    checks no warning already states."""
+    checks no warning already states, then the caveats of its cost figures (measurement notes)."""
     warnings = [str(w) for w in run.summary.get("warnings") or []]
     failed = [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False
               and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)]
-    return fmt.collapse(warnings + failed)
+    return fmt.collapse(warnings + failed) + [str(n) for n in run.summary.get("measurement_notes") or []]
 
 
 ENVIRONMENT_ROWS: list[tuple[str, str]] = [

@@ -83,4 +83,4 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     s = rundir.compute_summary(tmp_path)
     assert s["bloat"]["disagree"] == [f"{schema}.triggers"]
     assert s["bloat"]["dead_tuples_exact"] == DELETED and s["bloat"]["n_dead_tup"] == 0
-    assert any(w.startswith(f"dead tuples of {schema}.triggers at the end: pgstattuple counts 500") for w in s["warnings"])
+    assert any(w.startswith(f"dead tuples of {schema}.triggers at the end: pgstattuple counts 500") for w in s["measurement_notes"])

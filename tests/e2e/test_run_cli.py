@@ -30,7 +30,7 @@ SUMMARY_KEYS = {
     "complete", "incomplete_reason", "scheduler", "workload_name", "target_rate", "achieved_rate",
     "claim_rate", "measured_s", "warmup_s", "lag_ms", "fires", "missed", "duplicate_fires",
     "duplicate_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
-    "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings",
+    "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings", "measurement_notes",
 }
 ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
             "temporal_version", "timerbench_version", "git_commit"}
