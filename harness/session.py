@@ -539,7 +539,10 @@ class RunSession:
             self.window["missed_before"] = cutoff
             missed = self.processor.missed_table(cutoff, self.window["measure_start"])
             try:
-                await self.sampler.bloat()
+                await self.sampler.bloat()  # pgstattuple, before the schema goes
+            except Exception as exc:
+                self.measurement["unavailable"].setdefault("bloat", f"pgstattuple failed: {type(exc).__name__}: {exc}")
+            try:
                 await self.sampler.close()
             except Exception:
                 pass

@@ -87,6 +87,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+RESTART_PORT_WAIT_S = 30.0  # a restart waits this long for its own port to be free again
+
+
+def wait_port_free(port: int, what: str, timeout_s: float = RESTART_PORT_WAIT_S) -> None:
+    """For a restart: the server must come back on its own port (clients hold its address). A
+    port in the ephemeral range can be taken for a moment by another process's outgoing
+    connection once the server let it go; wait for it rather than move."""
+    deadline = time.time() + timeout_s
+    while not port_is_free(port):
+        if time.time() > deadline:
+            raise BenchError(f"cannot restart {what}: its port {port} is still taken after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -422,8 +436,10 @@ class Postgres:
             os.kill(pid, signal.SIGKILL)
 
     def restart(self) -> None:
+        port = self.port()
         self.stop()
-        self.start(self.port())
+        wait_port_free(port, "the embedded Postgres")
+        self.start(port)
 
     def version(self) -> str:
         try:
@@ -586,8 +602,10 @@ class TemporalDev:
         self.pid_file.unlink(missing_ok=True)
 
     def restart(self) -> None:
+        port = self.port()
         self.stop()
-        self.start(self.port())
+        wait_port_free(port, "the embedded Temporal server")
+        self.start(port)
 
 
 def _flag_value(pid: int | None, flag: str) -> int | None:
