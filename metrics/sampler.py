@@ -69,6 +69,7 @@ SQL = load_blocks(Path(__file__).with_name("sampler.sql"))
 SAMPLE_EVERY_S = 1.0
 SEGMENT_EVERY_SAMPLES = 5  # a samples segment closes every 5 samples: what a SIGKILL costs of them
 SCRAPE_EVERY_S = 5.0  # Temporal's metrics endpoint: ~1.9 MB and ~40 ms of its CPU per scrape
+SCRAPE_TIMEOUT_S = 10.0  # a page grows with the server's series (harness.stack.TEMPORAL_DYNAMIC_CONFIG)
 CLAIMED = "claimed_timers"  # the gauge name a backend may expose: timers claimed, cumulative
 STATS_TIMEOUT_S = 2.0  # a stats() or catalogue query slower than this skips one sample
 EDGE_TIMEOUT_S = 120.0  # CHECKPOINT and the statements read at the window's edges
@@ -289,7 +290,7 @@ class Sampler:
             if not srv.metrics_url or self._http is None:
                 continue
             try:
-                values = await scrape(self._http, srv.metrics_url, STATS_TIMEOUT_S)
+                values = await scrape(self._http, srv.metrics_url, SCRAPE_TIMEOUT_S)
             except Exception as exc:
                 self._note_error(exc)
                 if baseline:
