@@ -39,6 +39,12 @@ _WORKLOAD = {
     "warmup": ("--warmup", "Warm-up before the measured window, e.g. 60s."),
     "seed": ("--seed", "Random seed of the population and the provider."),
     "trace": ("--trace", "CSV to replay: trigger_id,tenant_id,interval_s,first_fire_s."),
+    "cadence": ("--cadence", "fixed (next due = previous due + interval: open loop, the default) or after-poll "
+                             "(next due = poll end + interval: closed loop, as the seeds' system re-armed)."),
+    "on_time": ("--on-time", "A delivered fire with lag up to this is on time, later is late; one bound for every "
+                             "backend (default 10s, seeds/003's polling MaxLag)."),
+    "drain_limit": ("--drain-limit", "After the window, wait at most this long for every fire due in it (default 3m); "
+                                     "what is still undelivered then is pending (still held) or lost."),
 }
 
 

@@ -14,7 +14,7 @@ from bench.options import overrides, stack_options, workload_options
 @click.command("run")
 @click.option("--scheduler", "scheduler_name", required=True, help="A registered scheduler (see `bench schedulers`).")
 @workload_options("workload", "rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration",
-                  "warmup", "seed", "trace")
+                  "warmup", "seed", "trace", "cadence", "on_time", "drain_limit")
 @click.option("--opt", "opts", multiple=True, help="Scheduler option key=value (repeatable).")
 @click.option("--keep", is_flag=True, help="Keep the run's schema instead of dropping it (`bench env gc` leaves it).")
 @click.option("--out", default="runs", show_default=True, help="Parent directory of run directories.")

@@ -21,7 +21,9 @@ from harness.sweep_rule import DEFAULT_RATES, DEFAULT_SLO, MAX_LAG
               help="A rate is held only with p99 lag at most this: a duration for every backend, then optional "
                    f"NAME=duration or NAME={MAX_LAG} (the backend's declared max lag) overrides.")
 @click.option("--duration", default=DEFAULT_DURATION, show_default=True, help="Measured window of each run.")
-@click.option("--warmup", default=DEFAULT_WARMUP, show_default=True, help="Warm-up of each run.")
+@click.option("--warmup", default=DEFAULT_WARMUP,
+              help="Warm-up of each run (default: one maximum interval of the workload, so every trigger re-arms "
+                   "before the window; longer for a backend with a long max lag).")
 @click.option("--workload", default=None,
               help=f"Workload preset or YAML file (default: the {DEFAULT_WORKLOAD} preset, 10s..20s intervals, "
                    f"with {' '.join(DEFAULT_WORKLOAD_ARGS)}).")
@@ -57,7 +59,14 @@ def sweep(ctx: click.Context, scheduler_opt: str, rates: str, slo_spec: str, dur
         raise UsageError(str(exc)) from None
     pgbench_s = parse_duration_option("--pgbench-duration", pgbench_duration)
     parse_duration_option("--duration", duration)
-    warmup_s = parse_duration_option("--warmup", warmup)
+    if warmup is not None:
+        warmup_s = parse_duration_option("--warmup", warmup)
+    else:  # the workload's own default: one maximum interval (an --interval passed through counts)
+        from harness.inputs import load_workload
+
+        args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(ctx.args)
+        interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
+        warmup_s = float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
     names = default_schedulers("all" if scheduler_opt.strip() == "all" else scheduler_opt)
     plan = SweepPlan(names=names, rates=rate_list, slo_spec=slo_spec, slo_ms=slo_ms, slo_overrides=slo_overrides,
                      duration=duration, warmup=warmup, warmup_s=warmup_s, workload=workload, extra_args=list(ctx.args),
@@ -88,12 +97,13 @@ def _print_table(data: dict[str, Any]) -> None:
         console.width = 160  # piped output (a log file): do not wrap the reasons at 80 columns
     ceiling = (data.get("pgbench") or {}).get("rows_per_s")
     t = Table(title=f"sweep: p99 SLO {data['slo_spec']}; workload {data['workload']['note']}")
-    for col in ("backend", "rate/s", "offered/s", "achieved/s", "p99 lag", "missed", "writes/fire", "held"):
+    for col in ("backend", "rate/s", "offered/s", "achieved/s", "p99 lag", "late / pending / lost", "writes/fire", "held"):
         t.add_column(col, justify="left" if col in ("backend", "held") else "right")
     for name, b in data["backends"].items():
         for key, e in b["rates"].items():
             t.add_row(name, key, fmt.fixed(e.get("offered")), fmt.fixed(e["achieved"]),
-                      fmt.fixed(e["p99_ms"], "{:,.1f} ms"), fmt.fixed(e["missed"], "{:,}"),
+                      fmt.fixed(e["p99_ms"], "{:,.1f} ms"),
+                      " / ".join(fmt.fixed(e.get(k), "{:,}") for k in ("late", "pending", "lost")),
                       fmt.fixed(e["writes_per_fire"], "{:.2f}"), "yes" if e["held"] else f"no: {e['reason']}")
     console.print(t)
     m = Table(title="maximum sustainable rate" + (f" vs the pgbench ceiling ({ceiling:,.0f} rows/s)" if ceiling else ""))

@@ -348,8 +348,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         rec = f.get("time_to_recover_s")
         peak = f.get("lag_peak_ms")
         out.append(
-            f"fault {f['spec']} at {f['start_s']:.1f}-{f['end_s']:.1f} s: missed {f['missed']}, duplicate fires "
-            f"{f['duplicate_fires']}, duplicate effects {f['duplicate_effects']}, "
+            f"fault {f['spec']} at {f['start_s']:.1f}-{f['end_s']:.1f} s: lost {f['lost']}, pending {f['pending']}, "
+            f"duplicate fires {f['duplicate_fires']}, duplicate keyed effects {f['duplicate_effects']}, "
+            f"duplicate external effects {f['duplicate_external_effects']}, "
             f"recovered {'never' if rec is None else f'{rec:.1f} s after it ended'}, "
             f"lag peak {'-' if peak is None else f'{peak:,.0f} ms'}"
         )

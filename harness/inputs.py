@@ -29,7 +29,7 @@ from harness.errors import UsageError
 
 # the workload overrides every command that runs a workload may take (names as click passes them)
 WORKLOAD_OVERRIDES = ("rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration", "warmup",
-                      "seed", "trace")
+                      "seed", "trace", "cadence", "on_time", "drain_limit")
 
 # What one trigger costs a run in this process: measured ~125 B for a synthetic population and
 # ~80 B for the polling processor's bookkeeping and index (500k triggers, Python 3.11); a trace's

@@ -19,8 +19,8 @@ that run process is gone, so a run killed with SIGKILL leaves no node claiming b
   written;
 * ``holds-<W>.parquet``: when the node held each fire (received, committed), for the
   double-hold check;
-* ``state-<W>.npz``: the polling processor's ``armed_due``, ``armed_at``, ``received_due``
-  at graceful stop (missed-fire accounting);
+* ``state-<W>.npz``: the polling processor's ``armed_due``, ``armed_at``, ``received_due``,
+  ``skipped_due`` and the scheduler's ``claimed_timers`` at graceful stop (the run's accounting);
 * ``node-<W>.json``: worker id, pid, start and stop times, counters.
 
 Neither the DSN's password nor the token is ever printed.
@@ -42,6 +42,7 @@ import numpy as np
 from harness.errors import BenchError
 from metrics import rundir
 
+REARM_UNTIL_ENV = "TIMERBENCH_REARM_UNTIL"  # epoch s from which fires are finished, not re-armed
 GRACEFUL_STOP_S = 15.0  # a claim loop that ignores ``stop`` this long is cancelled
 PARENT_PID_ENV = "TIMERBENCH_PARENT_PID"  # set by bench run for its children: stop when this pid is gone
 PARENT_CHECK_S = 0.5
@@ -78,7 +79,7 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     index = processor.index
 
     def on_armed(timers, armed_at: float) -> None:
-        # population ids armed over HTTP count for missed-fire accounting like the run's own arms
+        # population ids armed over HTTP count for the undelivered-fire accounting like the run's own arms
         idx = [index.get(t.id, -1) for t in timers]
         known = [(i, t.fire_at) for i, t in zip(idx, timers) if i >= 0]
         if not known:
@@ -89,11 +90,18 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
 
     def progress() -> bytes:
         buf = io.BytesIO()
-        np.savez(buf, **progress_snapshot(processor), rows=np.array([recorder.rows]))
+        np.savez(buf, **progress_snapshot(processor), rows=np.array([recorder.rows]),
+                 claimed_timers=np.array([int(scheduler.claimed_timers)]))
         return buf.getvalue()
 
+    def on_rearm_until(at: float) -> None:
+        processor.rearm_until = at
+
+    # a node started during the run (a fault's replacement) learns where re-arming stops here
+    if os.environ.get(REARM_UNTIL_ENV):
+        on_rearm_until(float(os.environ[REARM_UNTIL_ENV]))
     node = Node(scheduler, {"poll": processor, "load": sink}, worker_id, probes=_probes(dsn, temporal_address),
-                token=token, holds=holds, on_armed=on_armed, progress=progress)
+                token=token, holds=holds, on_armed=on_armed, progress=progress, on_rearm_until=on_rearm_until)
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -137,7 +145,8 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     await asyncio.gather(flusher, return_exceptions=True)
     recorder.close()
     if record is not None:
-        np.savez(rundir.node_state(record, worker_id), **progress_snapshot(processor))
+        np.savez(rundir.node_state(record, worker_id), **progress_snapshot(processor),
+                 claimed_timers=np.array([int(scheduler.claimed_timers)]))
         holds.write(record, worker_id)
         meta = {"worker": worker_id, "pid": os.getpid(), "started_at": started_at, "stopped_at": time.time(),
                 "graceful": graceful, "loop_error": node.loop_error, "fires": recorder.rows,

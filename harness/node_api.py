@@ -13,8 +13,11 @@ Bearer <token>`` on everything but the health checks, which orchestrators call b
   tick loop behind a green API is exactly the failure to prevent.
 * ``GET /metrics``: Prometheus text format (fires, lag histogram, claims, armed, loop heartbeat age).
 * ``GET /progress`` (token-protected): the polling processor's per-trigger bookkeeping as an
-  ``.npz`` (``armed_due``, ``armed_at``, ``received_due``) so that ``bench run --nodes N`` can
-  tell, while draining, which fires due in its window have not arrived at any node yet.
+  ``.npz`` (``armed_due``, ``armed_at``, ``received_due``, ``skipped_due``, and the scheduler's
+  ``claimed_timers``) so that ``bench run --nodes N`` can tell, while draining, which fires due
+  in its window have not arrived at any node yet, and count claims.
+* ``PUT /rearm-until`` (token-protected): ``{"at": epoch_s}``; fires received from then on are
+  finished instead of re-armed (the run's drain after its measured window).
 
 Timers of type ``load`` (what ``loadgen/locustfile.py`` arms) go to :class:`LoadSink`, which
 only counts them: arm load exercises the store without mixing its fires into the measured
@@ -112,8 +115,10 @@ class NodeMetrics:
         self.armed = Counter("timerbench_timers_armed", "Timers armed through PUT /timers", registry=self.registry)
         self.effects = Counter("timerbench_effects_delivered", "Effects newly recorded", registry=self.registry)
         self.lag = Histogram(
-            "timerbench_fire_lag_seconds", "fired - max(due, armed)", buckets=LAG_BUCKETS_S, registry=self.registry
+            "timerbench_fire_lag_seconds", "fired - max(due, armed); an early fire's is negative",
+            buckets=LAG_BUCKETS_S, registry=self.registry
         )
+        self.early = Counter("timerbench_early_fires", "Fires delivered before their due time", registry=self.registry)
         self.heartbeat_age = Gauge(
             "timerbench_loop_heartbeat_age_seconds", "Seconds since the claim loop last ticked", registry=self.registry
         )
@@ -136,7 +141,10 @@ class MeteredProcessor:
         if self.holds is not None:
             self.holds.received_batch(fires, now)
         for f in fires:
-            m.lag.observe(max(0.0, now - max(f.due_at, f.armed_at)))
+            lag_s = now - max(f.due_at, f.armed_at)
+            m.lag.observe(lag_s)  # never clamped: an early fire lands in the lowest bucket and is counted
+            if lag_s < 0:
+                m.early.inc()
         return await self.real.process(fires)
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
@@ -174,6 +182,7 @@ class Node:
         holds: HoldLog | None = None,
         on_armed: Callable[[Sequence[Timer], float], None] | None = None,
         progress: Callable[[], bytes] | None = None,
+        on_rearm_until: Callable[[float], None] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.metrics = NodeMetrics()
@@ -181,6 +190,7 @@ class Node:
         self.processors = {t: MeteredProcessor(p, self.metrics, holds) for t, p in processors.items()}
         self.on_armed = on_armed  # tells the polling processor about population ids armed here
         self.progress_npz = progress
+        self.on_rearm_until = on_rearm_until
         self.worker_id = worker_id
         self.probes = list(probes)
         self.token = token
@@ -265,6 +275,18 @@ class Node:
             return web.json_response({"error": "this node keeps no progress"}, status=404)
         return web.Response(body=self.progress_npz(), content_type="application/octet-stream")
 
+    async def rearm_until(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        try:
+            at = float(json.loads(await request.text())["at"])
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+            return web.json_response({"error": 'body must be {"at": epoch seconds}'}, status=400)
+        if self.on_rearm_until is None:
+            return web.json_response({"error": "this node re-arms nothing"}, status=404)
+        self.on_rearm_until(at)
+        return web.json_response({"rearm_until": at})
+
     async def live(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "live"})
 
@@ -288,4 +310,5 @@ class Node:
         app.router.add_get("/health/ready", self.ready)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/progress", self.progress)
+        app.router.add_put("/rearm-until", self.rearm_until)
         return app

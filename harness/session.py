@@ -5,9 +5,14 @@ Order of a run: the caller has resolved the workload, the scheduler's options an
 ``config.json``, sets the scheduler up in a fresh schema, starts its workers
 (:mod:`harness.workers`: in this process, or ``bench serve`` nodes), takes the sampler's
 baseline, arms the population (sorted by first fire time, in batches, while the workers already
-claim), warms up, measures, drains (up to a grace period, until every fire due in the window has
-arrived), stops the workers gracefully, writes the missed fires, the samples and
-``summary.json``, tears down (unless ``keep``) and prints the summary.
+claim), warms up, measures, then **drains**: arming stops (fires received after the window are
+finished, not re-armed) and the run waits until every fire due before the window's end has
+arrived, or ``drain_limit_s`` (one value for every backend) has passed. It stops the workers
+gracefully, asks the backend what it still holds (``export_armed``) so that every fire that
+never arrived is written as pending (still held: a backlog) or lost (not held: the run fails),
+writes the samples and ``summary.json``, tears down (unless ``keep``) and prints the summary.
+A complete run that lost a fire or duplicated a keyed effect exits with
+:data:`metrics.rundir.EXIT_INCORRECT`.
 
 Ctrl-C or a crash of the scheduler still ends with a readable run directory: whatever was
 recorded is written and the summary says ``complete: false`` with the reason. A SIGKILL cannot
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.metadata
+import math
 import os
 import platform
 import secrets
@@ -46,7 +52,8 @@ CHECKPOINT_LEAD_S = 5.0  # the CHECKPOINT before the window starts this long bef
 STATUS_EVERY_S = 3.0
 FLUSH_EVERY_S = 1.0
 GRACEFUL_STOP_S = 15.0  # after this, a run loop that ignores ``stop`` is cancelled
-MIN_GRACE_S = 2.0  # the grace period: at least this, and at least 2x the backend's max lag
+EXPORT_TIMEOUT_S = 120.0  # asking the backend what it still holds; past this, lost is not judged
+DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend whether it still holds the rest
 
 
 class RunSession:
@@ -173,6 +180,7 @@ class RunSession:
             "schema": self.schema,
             "window": self.window,
             "measurement": self.measurement,
+            "load": self.load,
         }
 
     def _write_config(self) -> None:
@@ -192,8 +200,10 @@ class RunSession:
         self._lock_fd = rundir.hold_run_lock(self.run_dir)
         stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(self.started_at))
         self.schema = f"run_{stamp}_{secrets.token_hex(3)}"
-        self.window = {"arm_start": self.started_at, "measure_start": self.started_at + self.w.warmup_s,
-                       "measure_end": self.started_at + self.w.warmup_s + self.w.duration_s, "grace_s": None}
+        self.window = {"arm_start": self.started_at, "measure_start": self.started_at + (self.w.warmup_s or 0.0),
+                       "measure_end": self.started_at + (self.w.warmup_s or 0.0) + self.w.duration_s,
+                       "drain_limit_s": self.w.drain_limit_s}
+        self.load: dict[str, Any] = {}
         self.environment = self._environment({})
         self._write_config()
         self.recorder = self.processor = self.sampler = None
@@ -203,19 +213,19 @@ class RunSession:
             pg = await describe_postgres(self.dsn) if self.dsn else {}
             self.environment = self._environment(pg)
             population = build(self.w)
+            periodic = ~population.long_horizon
+            interval_max_s = float(population.interval_s[periodic].max()) if periodic.any() else 0.0
             if self.w.trace:  # the trace fixes the population, and so the rate
                 self.w.triggers = len(population)
                 self.w.rate_per_s = population.rate_per_s()
                 self.w.fill_concurrency()
+            if self.w.warmup_s is None:  # one maximum interval: every trigger re-arms before the window
+                self.w.warmup_s = interval_max_s
+            self.load.update(periodic_triggers=int(periodic.sum()), interval_max_s=interval_max_s)
             ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
                                state_bytes=self.w.state_bytes)
             scheduler = self.make_scheduler(ctx)
             self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
-            grace = self.w.grace_s
-            if grace is None:
-                grace = max(MIN_GRACE_S, 2.0 * float(scheduler.capabilities.max_lag_s))
-                self.w.grace_s = grace
-            self.window["grace_s"] = grace
             self._write_config()
             if self.dsn:
                 from harness.schemas import SchemaLease
@@ -236,6 +246,10 @@ class RunSession:
                 traceback.print_exc()
         finally:
             await self._finish(scheduler)
+        summary = getattr(self, "summary", None)
+        if exit_code == 0 and summary is not None and not summary.get("correct", True):
+            self.say("run FAILED its correctness promise: " + "; ".join(summary["failures"]))
+            exit_code = rundir.EXIT_INCORRECT
         return exit_code
 
     async def _until_interrupted(self, coro):
@@ -273,6 +287,7 @@ class RunSession:
                            measure_end=arm_start + w.warmup_s + w.duration_s)
         self.recorder.measure_start = self.window["measure_start"]
         self.recorder.measure_end = self.window["measure_end"]
+        await self.workers.stop_rearming_at(self.window["measure_end"])  # the drain re-arms nothing
         self._write_config()
         self.sampler = await self._make_sampler(scheduler)
         await self.sampler.open()
@@ -299,7 +314,8 @@ class RunSession:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
         self.say(f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
-                 f"warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s")
+                 f"{w.cadence} cadence, warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s, "
+                 f"then a drain of at most {w.drain_limit_s:g} s")
         code = 0
         try:
             deadline = asyncio.ensure_future(asyncio.sleep(max(0.0, self.window["measure_end"] - time.time())))
@@ -330,10 +346,12 @@ class RunSession:
             if self.incomplete_reason:
                 self.window["measure_end"] = min(self.window["measure_end"], time.time())
                 self.recorder.measure_end = self.window["measure_end"]
-                # no time to drain: only fires due a grace period before the stop count as missed
-                self.window["missed_before"] = self.window["measure_end"] - self.window["grace_s"]
+                # no drain: fires due before the stop that never came are pending or lost, as the
+                # backend says (it still holds them, or it does not)
+                self.window["undelivered_before"] = self.window["measure_end"]
+                self.window["drained_s"] = 0.0
             else:
-                await self._drain(tasks["run"])
+                await self._drain(tasks["run"], scheduler)
                 await self.before_stop(scheduler)
         finally:
             stop.set()
@@ -382,8 +400,8 @@ class RunSession:
             pg = stack.postgres()
             embedded_pg = pg.running() and self.dsn == pg.dsn()
         servers = [self._temporal_watch()] if self.temporal_address else []
-        return Sampler(scheduler, self.recorder, self.dsn, self.run_dir, extensions=usable, servers=servers,
-                       gauges=self._gauges, reset_statements=embedded_pg,
+        return Sampler(scheduler, self.recorder, self.dsn, self.run_dir, claimed=self.workers.claimed_timers,
+                       extensions=usable, servers=servers, gauges=self._gauges, reset_statements=embedded_pg,
                        **({} if self.sample_every_s is None else {"every_s": self.sample_every_s}))
 
     def _temporal_watch(self):
@@ -444,27 +462,47 @@ class RunSession:
                 self.say(f"warning: the window's end could not be read: {type(exc).__name__}: {exc}")
         self.measurement["unavailable"].update(self.sampler.unavailable)
 
-    async def _drain(self, run_task: asyncio.Task) -> None:
-        """After the measured window, give every fire due in it up to ``grace_s`` to arrive.
-
-        The scheduler keeps running; fires received now are recorded but lie outside the
-        window. Ends as soon as nothing due before the window's end is outstanding, so a
-        healthy backend adds well under a second; what is still outstanding at the end of the
-        grace period is missed.
+    async def _drain(self, run_task: asyncio.Task, scheduler) -> None:
+        """After the measured window: arming has stopped (the processor finishes what it receives
+        from ``measure_end`` on); wait until every fire due before the window's end has arrived,
+        or ``drain_limit_s`` has passed. The scheduler keeps running; fires received now are
+        recorded (with their real lag) but lie outside the window. A healthy backend ends it
+        within its own lag; what is still outstanding at the limit is pending or lost, as the
+        backend says at the end of the run. When nothing has arrived for ``DRAIN_STALL_S`` and
+        the backend holds none of what is missing, the drain ends there: those fires are lost,
+        and waiting out the limit cannot bring them.
         """
         end = self.window["measure_end"]
-        limit = end + self.window["grace_s"]
+        limit = end + self.window["drain_limit_s"]
+        last_count, stalled_since = -1, time.time()
         while time.time() < limit and not self.interrupted.is_set() and not run_task.done():
             await self.workers.progress()
-            if len(self.processor.outstanding(end)) == 0:
+            waiting = self.processor.outstanding(end)
+            if len(waiting) == 0:
                 break
+            if len(waiting) != last_count:
+                last_count, stalled_since = len(waiting), time.time()
+            elif time.time() - stalled_since >= DRAIN_STALL_S and not await self._holds_any(scheduler, waiting):
+                # nothing arrived for a while and the backend holds none of what is missing:
+                # those fires are lost, and waiting out the limit cannot bring them
+                self.window["drain_ended"] = "the backend holds none of the fires still missing"
+                break
+            elif time.time() - stalled_since >= DRAIN_STALL_S:
+                stalled_since = time.time()  # still held: a backlog, keep draining
             await asyncio.sleep(0.1)
         self.window["drained_s"] = max(0.0, time.time() - end)
-        if self.interrupted.is_set() or run_task.done():
-            # the drain was cut short: judge only fires that had their full grace period
-            self.window["missed_before"] = min(end, time.time() - self.window["grace_s"])
-        else:
-            self.window["missed_before"] = end
+        self.window["undelivered_before"] = end
+
+    async def _holds_any(self, scheduler, idx: np.ndarray) -> bool:
+        """Whether the backend still holds any of these triggers' missing fires (see :meth:`_held`);
+        True when it cannot say."""
+        held = await self._held(scheduler)
+        if held is None:
+            return True
+        due = self.processor.armed_due[idx]
+        at = np.array([held.get(self.processor.pop.ids[i], np.nan) for i in idx.tolist()])
+        with np.errstate(invalid="ignore"):
+            return bool((at <= due + 2e-6).any())
 
     async def _arm(self, scheduler, population, arm_start: float, only: np.ndarray | None = None) -> None:
         from schedulers.base import Timer
@@ -515,7 +553,7 @@ class RunSession:
                 elapsed_s=now - self.window["arm_start"], measuring=now >= self.window["measure_start"],
                 target=self.w.rate_per_s, achieved=rate, lag_p50_ms=latest.get(("run", "lag_p50_ms")),
                 lag_p99_ms=latest.get(("run", "lag_p99_ms")),
-                missed=len(self.processor.outstanding(now - self.window["grace_s"])),
+                overdue=len(self.processor.outstanding(now - self.w.on_time_s)),
                 dead=self.sampler.relation_total("n_dead_tup"),
                 toast_dead=self.sampler.relation_total("n_dead_tup", toast=True), hot=self.sampler.relation_ratio())
             self.say(line + self.workers.status() + self.status_extra())
@@ -531,13 +569,17 @@ class RunSession:
         if self.workers is not None:
             await self.workers.stop()
         extra: dict[str, Any] = {}
-        missed = None
+        undelivered = None
         if self.recorder is not None:
             self.recorder.close()
         if self.sampler is not None:  # the run measured (a recorder without a sampler never armed)
-            cutoff = self.window.get("missed_before", self.window["measure_end"] - self.window["grace_s"])
-            self.window["missed_before"] = cutoff
-            missed = self.processor.missed_table(cutoff, self.window["measure_start"])
+            cutoff = self.window.setdefault("undelivered_before", self.window["measure_end"])
+            held = await self._held(scheduler) if self.processor.outstanding(cutoff).size else {}
+            self.window["held_asked"] = held is not None
+            undelivered = self.processor.undelivered_table(cutoff, self.window["measure_start"], held)
+            skipped = self.workers.skipped_due()
+            self.load.update(skipped_periods=int(len(skipped)), skipped_periods_in_window=int(
+                ((skipped >= self.window["measure_start"]) & (skipped < self.window["measure_end"])).sum()))
             try:
                 await self.sampler.bloat()  # pgstattuple, before the schema goes
             except Exception as exc:
@@ -554,7 +596,7 @@ class RunSession:
                 extra.setdefault("warnings", []).extend(warnings)
         else:
             self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
-        await asyncio.to_thread(rundir.compact, self.run_dir, missed)  # segments -> fires/samples.parquet
+        await asyncio.to_thread(rundir.compact, self.run_dir, undelivered)  # segments -> fires/samples.parquet
         self._write_config()
         summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
         summary["warnings"].extend(extra.pop("warnings", []))
@@ -567,6 +609,7 @@ class RunSession:
         if self.sampler is not None:
             summary["warnings"].extend(self._recording_warnings())
         rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+        self.summary = summary
         if scheduler is not None and self.sampler is not None:
             try:
                 await self.after_run(scheduler, summary)
@@ -598,6 +641,20 @@ class RunSession:
         if self._lock_fd is not None:
             rundir.release_run_lock(self.run_dir, self._lock_fd)
             self._lock_fd = None
+
+    async def _held(self, scheduler) -> dict[str, float] | None:
+        """What the backend still holds after the drain (timer id -> fire time), or None when it
+        cannot say (its store is gone, or it takes too long): lost is then not judged."""
+        if scheduler is None:
+            return None
+        try:
+            timers = await asyncio.wait_for(scheduler.export_armed(), EXPORT_TIMEOUT_S)
+        except Exception as exc:
+            self.say(f"warning: could not ask {self.cls.name} what it still holds ({type(exc).__name__}: {exc}); "
+                     f"undelivered fires count as pending, lost is not judged")
+            return None
+        # a timer armed with fire_at None is held as due now: any undelivered due is at or after it
+        return {t.id: (-math.inf if t.fire_at is None else float(t.fire_at)) for t in timers}
 
     def _recording_warnings(self) -> list[str]:
         out_: list[str] = []

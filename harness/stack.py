@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -66,6 +67,8 @@ PG_SETTINGS = {
     "pg_stat_statements.track": "'top'",
 }
 
+START_ATTEMPTS = 3  # a Temporal dev server that lost a port race at start is started again
+
 # SQLite WAL pragmas: measured here at about 4x the default's throughput.
 TEMPORAL_PRAGMAS = ["journal_mode=WAL", "synchronous=NORMAL"]
 # Dynamic config of every embedded dev server. Every run uses a task queue of its own, and with the
@@ -92,24 +95,43 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-RESTART_PORT_WAIT_S = 30.0  # a restart waits this long for its own port to be free again
-
-
-def wait_port_free(port: int, what: str, timeout_s: float = RESTART_PORT_WAIT_S) -> None:
-    """For a restart: the server must come back on its own port (clients hold its address). A
-    port in the ephemeral range can be taken for a moment by another process's outgoing
-    connection once the server let it go; wait for it rather than move."""
-    deadline = time.time() + timeout_s
-    while not port_is_free(port):
-        if time.time() > deadline:
-            raise BenchError(f"cannot restart {what}: its port {port} is still taken after {timeout_s:.0f} s")
-        time.sleep(0.2)
+def _listen_ports() -> tuple[int, int]:
+    """Where :func:`free_port` looks: the ports just below the kernel's ephemeral range."""
+    try:
+        ephemeral_lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_lo = 32768  # Linux's default
+    return max(1024, ephemeral_lo - 12000), ephemeral_lo
 
 
 def free_port() -> int:
+    """A loopback port that is free now, for a server to listen on a moment later.
+
+    Picked below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``), not by binding
+    port 0: a port from that range, once released, is soon reused as the local port of some
+    outgoing connection, and the server that was to listen on it fails with "address already in
+    use" (seen on a busy machine: a Temporal dev server's HTTP port taken between pick and bind).
+    """
+    lo, hi = _listen_ports()
+    if hi - lo >= 1000:
+        for _ in range(200):
+            port = random.randrange(lo, hi)
+            if port_is_free(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_port_free(port: int, what: str, timeout_s: float = 15.0) -> None:
+    """Before a restart on the same port: an outgoing connection may hold it as its local port
+    for a moment (the default ports lie in the ephemeral range); moving would strand every
+    client of the address, so wait, and fail in one line if it stays taken."""
+    deadline = time.time() + timeout_s
+    while not port_is_free(port):
+        if time.time() > deadline:
+            raise BenchError(f"cannot restart {what}: port {port} is still taken after {timeout_s:g} s")
+        time.sleep(0.2)
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -540,6 +562,26 @@ class TemporalDev:
             chosen = free_port()
             note = f"port {wanted} is taken; embedded Temporal uses {chosen} instead"
             wanted = chosen
+        self.port_file.write_text(str(wanted))
+        # The dev server also listens on ports it picks itself (its internal services), from the
+        # ephemeral range; one taken meanwhile by an outgoing connection makes it exit at start
+        # with "address already in use". That is worth another try with fresh ports.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            log_from = self.log.stat().st_size if self.log.exists() else 0
+            proc = self._spawn(wanted)
+            try:
+                self._wait_ready(proc)
+                return self.address(), note
+            except BenchError:
+                if proc.poll() is None:
+                    self._kill(proc.pid)  # not ready in time: leave no server behind
+                self.pid_file.unlink(missing_ok=True)
+                if attempt == START_ATTEMPTS or "address already in use" not in self._log_since(log_from):
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    def _spawn(self, port: int) -> subprocess.Popen:
         # the same metrics port as before when it is free: a restart (a fault) keeps the URL
         # a running sampler scrapes
         try:
@@ -550,7 +592,7 @@ class TemporalDev:
             metrics_port = free_port()
         args = [
             str(temporal_binary()), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(wanted), "--headless",
+            "--ip", "127.0.0.1", "--port", str(port), "--headless",
             "--db-filename", str(self.db), "--log-level", "warn",
             "--http-port", str(free_port()), "--metrics-port", str(metrics_port),
         ]
@@ -563,10 +605,16 @@ class TemporalDev:
                 args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         self.pid_file.write_text(str(proc.pid))
-        self.port_file.write_text(str(wanted))
         self.metrics_port_file.write_text(str(metrics_port))
-        self._wait_ready(proc)
-        return self.address(), note
+        return proc
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _wait_ready(self, proc: subprocess.Popen, timeout_s: float = 90) -> None:
         deadline = time.time() + timeout_s
@@ -609,7 +657,7 @@ class TemporalDev:
     def restart(self) -> None:
         port = self.port()
         self.stop()
-        wait_port_free(port, "the embedded Temporal server")
+        wait_port_free(port, "the embedded Temporal dev server")
         self.start(port)
 
 

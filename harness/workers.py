@@ -14,7 +14,7 @@ nothing); a restart starts a replacement loop with a new worker id (``w1``, ...)
 (worker ids ``n0..n{N-1}``, free loopback ports, the run's schema, the run's resolved workload in
 ``nodes/workload.yaml``, DSN and token in the environment, never in argv), started before arming
 and waited for until every ``/health/ready`` is 200. The run process still arms the population
-through its own scheduler instance (missed-fire accounting needs the exact fire and arm time of
+through its own scheduler instance (the undelivered-fire accounting needs the exact fire and arm time of
 every initial arm; arming 300k timers over HTTP would measure JSON encoding rather than the
 store). While the run measures, each node's ``/progress`` is pulled once a second and merged
 into the run's polling processor, so the status line and the drain see fires received anywhere.
@@ -34,7 +34,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -45,7 +44,8 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from harness.node import PARENT_PID_ENV
+from harness.node import PARENT_PID_ENV, REARM_UNTIL_ENV
+from harness.stack import free_port
 from loadgen.processor import merge_state
 from metrics import rundir
 
@@ -84,6 +84,18 @@ class Workers(ABC):
 
     async def progress(self) -> None:
         """Fold what workers elsewhere received into the run's processor (status line, drain)."""
+
+    async def stop_rearming_at(self, at: float) -> None:
+        """Fires received from ``at`` on are finished instead of re-armed (the run's drain)."""
+        self.processor.rearm_until = at
+
+    def claimed_timers(self) -> int:
+        """Timers every worker's scheduler claimed so far (``schedulers.base``: re-claims included)."""
+        return int(self.scheduler.claimed_timers)
+
+    def skipped_due(self) -> np.ndarray:
+        """Grid times the workers' processors jumped over (fixed cadence, fires more than one interval late)."""
+        return self.processor.skipped_due
 
     @abstractmethod
     async def kill(self, mid_batch_wait_s: float = 0.0) -> Killed:
@@ -192,15 +204,10 @@ async def _first(*aws) -> None:
 # -- in bench serve node processes -----------------------------------------------------------------
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now on loopback (the node binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 class NodeWorkers(Workers):
     can_pause = True
+
+    scheduler = None  # the claims are the nodes' own (claimed_timers below)
 
     def __init__(self, count: int, scheduler_name: str, options: dict[str, Any], default_options: dict[str, Any],
                  workload, schema: str, dsn: str | None, temporal_address: str | None, run_dir: Path,
@@ -223,6 +230,7 @@ class NodeWorkers(Workers):
         self._session = None
         self._restarts = 0
         self._stopped = False
+        self._rearm_until: float | None = None
 
     def env(self) -> dict[str, str]:
         """The environment of processes the nodes' run starts: the token and DSN travel here,
@@ -233,6 +241,8 @@ class NodeWorkers(Workers):
         if self.dsn:
             env["TIMERBENCH_DSN"] = self.dsn
         env.pop("TIMERBENCH_DEBUG", None)
+        if self._rearm_until is not None:  # a node started during the run (a replacement) learns it here
+            env[REARM_UNTIL_ENV] = repr(self._rearm_until)
         return env
 
     def url(self) -> str | None:
@@ -366,6 +376,24 @@ class NodeWorkers(Workers):
 
         await asyncio.gather(*(pull(w) for w, _ in self._alive()))
         self._merge_snapshots()
+
+    async def stop_rearming_at(self, at: float) -> None:
+        self._rearm_until = at
+        headers = {"Authorization": f"Bearer {self.token}"}
+
+        async def tell(wid: str) -> None:
+            async with self._session.put(f"{self.urls[wid]}/rearm-until", json={"at": at}, headers=headers) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"node {wid} refused /rearm-until: {r.status} {await r.text()}")
+
+        await asyncio.gather(*(tell(w) for w, _ in self._alive()))
+
+    def claimed_timers(self) -> int:
+        return sum(int(s["claimed_timers"][0]) for s in self._snapshots.values() if "claimed_timers" in s)
+
+    def skipped_due(self) -> np.ndarray:
+        parts = [s["skipped_due"] for s in self._snapshots.values() if "skipped_due" in s]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def _merge_snapshots(self) -> None:
         for snap in self._snapshots.values():

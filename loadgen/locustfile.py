@@ -24,6 +24,8 @@ argument            environment                  default   meaning
 ``--arm-type``      ``TIMERBENCH_ARM_TYPE``      load      timer type (a processor the node has)
 ``--arm-prefix``    ``TIMERBENCH_ARM_PREFIX``    arm-load- id prefix
 ``--arm-tenants``   ``TIMERBENCH_ARM_TENANTS``   10        tenants, round robin
+``--arm-requests``  ``TIMERBENCH_ARM_REQUESTS``  0         stop after this many PUTs per process
+                                                           (0: no limit; ``-t`` still applies)
 ``--arm-summary``   ``TIMERBENCH_ARM_SUMMARY``             JSON file written at exit (exact totals)
 (token)             ``TIMERBENCH_TOKEN``                   bearer token of the node, if any
 ==================  ===========================  ========  =====================================
@@ -64,6 +66,7 @@ _DEFAULTS = {
     "arm_prefix": ("TIMERBENCH_ARM_PREFIX", str, "arm-load-"),
     "arm_tenants": ("TIMERBENCH_ARM_TENANTS", int, 10),
     "arm_summary": ("TIMERBENCH_ARM_SUMMARY", str, ""),
+    "arm_requests": ("TIMERBENCH_ARM_REQUESTS", int, 0),
 }
 
 
@@ -122,6 +125,7 @@ def _write_summary(exit_code: int = 0, **_kw) -> None:
 
 
 _sequence = itertools.count()  # ids in turn, shared by this process's users (gevent: no race)
+_requests = itertools.count()  # PUTs started by this process's users, for --arm-requests
 
 
 class ArmingUser(HttpUser):
@@ -135,6 +139,7 @@ class ArmingUser(HttpUser):
         self.horizon_s = float(getattr(o, "arm_horizon", _DEFAULTS["arm_horizon"][2]))
         self.type = str(getattr(o, "arm_type", _DEFAULTS["arm_type"][2]))
         self.tenants = max(1, int(getattr(o, "arm_tenants", _DEFAULTS["arm_tenants"][2])))
+        self.max_requests = max(0, int(getattr(o, "arm_requests", _DEFAULTS["arm_requests"][2])))
         prefix = str(getattr(o, "arm_prefix", _DEFAULTS["arm_prefix"][2]))
         worker = getattr(self.environment.runner, "worker_index", None)
         # distributed mode: each worker process has its own pool, so their ids never collide
@@ -166,6 +171,9 @@ class ArmingUser(HttpUser):
 
     @task
     def arm(self) -> None:
+        if self.max_requests and next(_requests) >= self.max_requests:
+            self.environment.runner.quit()  # a fixed amount of work, not a time box
+            return
         fire_at = time.time() + self.horizon_s
         timers = []
         for _ in range(self.batch):

@@ -7,17 +7,33 @@ For each batch of fires it
    distribution, and at most ``poll_concurrency`` polls are in flight across all batches (a pool
    of poller lanes: a batch's polls queue on the earliest-free lanes, the batch completes when
    its last poll does, and one ``asyncio.sleep`` stands for all of them);
-3. returns one :class:`~schedulers.base.Outcome` per fire: on a provider error (``error_rate``)
+3. performs the **external effect** of every poll that found new events as that poll finishes,
+   outside the backend's transaction (like sending a webhook): the recorder notes it on the
+   fire's row (``external_effect``). A crash between it and the backend's commit redelivers the
+   fire and sends it again: at-least-once, visible as duplicate external effects, while the
+   keyed effect the backend commits stays de-duplicated by its ``(timer_id, due_at)`` key;
+4. returns one :class:`~schedulers.base.Outcome` per fire: on a provider error (``error_rate``)
    no state change and a retry after ``retry_backoff_s * 2**consecutive_errors`` (capped at the
    interval); on new events (``new_event_rate``) a fresh random state of ``state_bytes`` and
-   ``effect=True``; otherwise the state is unchanged. The next fire is ``now + interval`` of that
-   trigger, ``now`` being when its poll finished.
+   ``effect=True``; otherwise the state is unchanged. Whether a poll fails or finds events is
+   drawn from its ``(trigger, due)`` key and the seed, so a redelivered fire finds what its
+   first delivery found.
 
-The processor also tracks, per trigger, the last fire time it armed (initial arm or re-arm) and
-the last one it received, which is how missed fires are found: an armed fire time due before the
-end of the measured window that did not arrive within the grace period after it (or, for an
-interrupted run, due a grace period before the stop). Re-arming moves a timer, so only the latest
-armed time of each trigger can be outstanding.
+The next fire follows the workload's ``cadence``. ``fixed``: each trigger keeps a grid (its
+first fire time plus whole intervals) and the next fire is the first grid time after the poll
+finished, which is previous due + interval whenever the fire was less than one interval late; a
+fire more than one interval late fires once and realigns, and the grid times it jumped over are
+counted as **skipped periods** (:attr:`skipped_due`), never fired in a burst. A retry after an
+error keeps its grid. ``after-poll``: the next fire is when the poll finished + interval (the
+seeds' own re-arm, closed-loop). Fires received from :attr:`rearm_until` on (the drain after the
+measured window) are finished instead of re-armed: arming stops, the run drains.
+
+The processor also tracks, per trigger, the latest fire time it armed (initial arm or re-arm)
+and the latest due time it received. Only the newest fire of a trigger decides its next arm (a
+stale redelivery of an older due changes nothing), so a trigger has an **undelivered** fire when
+its armed time is later than everything it received: :meth:`outstanding`. Whether an
+undelivered fire is pending or lost is the backend's to say (``export_armed``), see
+:meth:`undelivered_table`.
 
 Per-fire work is kept to attribute fetches and list building; draws, lanes and bookkeeping are
 numpy operations over the batch.
@@ -65,17 +81,28 @@ class PollingProcessor:
             else 0.0
         )
         self.fallback_interval_s = (workload.interval_min_s + workload.interval_max_s) / 2
+        self.fixed = workload.cadence == "fixed"
+        self.slot_due = np.full(n, np.nan)  # fixed cadence: the grid time the armed fire belongs to
+        self.rearm_until = math.inf  # fires received from then on finish instead of re-arming (the drain)
+        self.skipped: list[np.ndarray] = []  # fixed cadence: grid times jumped over, in chunks
         self.polls = 0
         self.errors = 0
         self.new_events = 0
+        self.external_effects = 0  # external effects performed (webhooks sent), redeliveries included
         self.unknown = 0  # fires for ids outside the population (never expected)
 
     # -- arming ---------------------------------------------------------------------------
 
     def note_armed(self, idx: np.ndarray, due: np.ndarray, armed_at: float) -> None:
-        """The load generator armed these triggers (initial population)."""
+        """The load generator armed these triggers (initial population): their grids start here."""
         self.armed_due[idx] = np.round(due, 6)
         self.armed_at[idx] = armed_at
+        self.slot_due[idx] = self.armed_due[idx]
+
+    @property
+    def skipped_due(self) -> np.ndarray:
+        """Every grid time a fixed-cadence trigger jumped over (a fire more than one interval late)."""
+        return np.concatenate(self.skipped) if self.skipped else np.zeros(0)
 
     # -- the Processor protocol -------------------------------------------------------------
 
@@ -91,32 +118,74 @@ class PollingProcessor:
         if not known.all():
             self.unknown += int((~known).sum())
         kidx = idx[known]
-        self.received_due[kidx] = due[known]
+        # Only the newest fire of a trigger decides its next arm: a redelivery of an older due
+        # (its commit will be fenced by the backend) must not move the bookkeeping back.
+        newest = np.zeros(n, bool)
+        with np.errstate(invalid="ignore"):
+            prev = self.received_due[kidx]
+            newest[known] = np.isnan(prev) | (due[known] >= prev - 2e-6)
+        self.received_due[kidx] = np.fmax(prev, due[known])
 
+        # whether a poll fails or finds events is the provider's state for that trigger at that
+        # due time: a redelivery of the same (trigger, due) finds the same (so it sends the same
+        # webhook again: at-least-once, visible as a duplicate external effect)
+        u = self._key_uniforms(idx, due)
+        err = u[0] < self.w.error_rate
+        event = (~err) & (u[1] < self.w.new_event_rate)
         finish = self._poll_latency(n, received)
         delay = float(finish.max()) - received
         if delay > 0:
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                # A crash mid-batch: the polls that finished before it have sent their external
+                # effects; the backend never commits this batch, so the fires come back.
+                self._external(fires, event & (finish <= time.time()))
+                raise
+        self._external(fires, event)
         # each poll "finished" at its own simulated time; the clock may have run past it
         now = np.minimum(finish, time.time())
 
         interval = np.full(n, self.fallback_interval_s)
         interval[known] = self.interval_s[kidx]
-        u = self.rng.random((2, n))
-        err = u[0] < self.w.error_rate
-        event = (~err) & (u[1] < self.w.new_event_rate)
-        nxt = now + interval
+        # The grid time of each fire: the slot noted when the processor armed exactly this due
+        # (a retry's slot is the period it retries), else the due itself (a grid time).
+        slot = due.copy()
+        if self.fixed:
+            with np.errstate(invalid="ignore"):
+                ours = newest & (np.abs(due - np.where(known, self.armed_due[idx], np.nan)) < 2e-6)
+            slot[ours] = self.slot_due[idx[ours]]
+            slot = np.where(np.isnan(slot), due, slot)
+            # the first grid time after the poll finished: k = 1 unless more than one interval late
+            k = np.maximum(1.0, np.floor((now - slot) / interval) + 1.0)
+            nxt = slot + k * interval
+            jumped = (k > 1) & ~err & newest
+            if jumped.any():
+                reps = (k[jumped] - 1).astype(np.int64)
+                base = np.repeat(slot[jumped], reps)
+                step = np.repeat(interval[jumped], reps)
+                j = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps) + 1
+                self.skipped.append(base + j * step)
+            new_slot = nxt
+        else:
+            nxt = now + interval
+            new_slot = nxt
         if err.any():
             e_idx = idx[err & known]
             streak = np.zeros(n, np.int32)
             streak[err & known] = self.errors_in_row[e_idx]
             backoff = np.minimum(interval, self.w.retry_backoff_s * np.exp2(streak))
             nxt = np.where(err, now + backoff, nxt)
+            # a retry keeps the grid of the period it retries (fixed cadence)
+            new_slot = np.where(err, slot if self.fixed else nxt, new_slot)
             self.errors_in_row[e_idx] += 1
         self.errors_in_row[idx[~err & known]] = 0
         nxt = np.round(nxt, 6)
-        self.armed_due[kidx] = nxt[known]
-        self.armed_at[kidx] = time.time()
+        finished = received >= self.rearm_until  # the drain: arming has stopped
+        upd = known & newest
+        self.armed_due[idx[upd]] = np.nan if finished else nxt[upd]
+        self.slot_due[idx[upd]] = np.round(new_slot[upd], 6)
+        self.armed_at[idx[upd]] = time.time()
 
         states: list[bytes | None] = [None] * n
         n_events = int(event.sum())
@@ -128,7 +197,31 @@ class PollingProcessor:
         self.polls += n
         self.errors += int(err.sum())
         self.new_events += n_events
-        return list(map(Outcome, nxt.tolist(), states, event.tolist()))
+        next_fire = [None] * n if finished else nxt.tolist()
+        return list(map(Outcome, next_fire, states, event.tolist()))
+
+    def _key_uniforms(self, idx: np.ndarray, due: np.ndarray) -> np.ndarray:
+        """Two uniforms in [0, 1) per fire, a function of (seed, trigger, due to the microsecond)
+        alone (splitmix64 finalizer)."""
+        with np.errstate(over="ignore"):
+            x = idx.astype(np.int64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            x ^= np.rint(due * 1e6).astype(np.int64).view(np.uint64)
+            x ^= np.uint64(self.w.seed) * np.uint64(0xD1B54A32D192ED03)
+            out = np.empty((2, len(idx)))
+            for k in range(2):
+                z = x + np.uint64(k + 1) * np.uint64(0x9E3779B97F4A7C15)
+                z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+                z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+                z ^= z >> np.uint64(31)
+                out[k] = (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+        return out
+
+    def _external(self, fires: Sequence[Fire], sent: np.ndarray) -> None:
+        """The external effects of these polls happened (outside the backend's transaction)."""
+        if sent.any():
+            which = [fires[i] for i in np.flatnonzero(sent).tolist()]
+            self.recorder.external(which)
+            self.external_effects += len(which)
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
         self.recorder.committed(fires, delivered)
@@ -167,26 +260,43 @@ class PollingProcessor:
         np.maximum.at(lanes, which, finish)
         return finish
 
-    # -- missed fires ----------------------------------------------------------------------
+    # -- undelivered fires ---------------------------------------------------------------
 
     def outstanding(self, before: float) -> np.ndarray:
-        """Indices of triggers armed for a time before ``before`` and not received since."""
+        """Indices of triggers armed for a time before ``before`` that was never received (the
+        armed time is later than every due time received for the trigger)."""
         due = self.armed_due
         got = self.received_due
         with np.errstate(invalid="ignore"):
-            late = due < before
+            due_now = due < before
             # a received due equal to the armed one (to the microsecond) means it fired
-            fired = np.abs(np.nan_to_num(got, nan=-1.0) - due) < 2e-6
-        return np.flatnonzero(late & ~fired)
+            after_received = np.isnan(got) | (due > got + 2e-6)
+        return np.flatnonzero(due_now & after_received)
 
-    def missed_table(self, before: float, measure_start: float) -> pa.Table:
-        """The missed fires as ``fires.parquet`` rows (fired_at and lag_s null)."""
+    def undelivered_table(self, before: float, measure_start: float,
+                          held_at: dict[str, float] | None) -> pa.Table:
+        """Every fire due before ``before`` that never arrived, as ``fires.parquet`` rows
+        (``fired_at`` and ``lag_s`` null).
+
+        ``held_at``: what the backend still holds (timer id -> fire time, ``export_armed``).
+        ``held_at_end`` is True (**pending**) when the backend holds the trigger at that due time
+        or an earlier one (an earlier one: a fire it delivered whose re-arm it never committed,
+        still to be redelivered), False (**lost**) when it does not hold it at all or holds it
+        later (it moved past a fire it never delivered); null when the backend could not say.
+        """
         idx = self.outstanding(before)
         n = len(idx)
         due = self.armed_due[idx]
+        ids = [self.pop.ids[i] for i in idx.tolist()]
+        if held_at is None:
+            held = pa.nulls(n, pa.bool_())
+        else:
+            at = np.array([held_at.get(tid, np.nan) for tid in ids], np.float64)
+            with np.errstate(invalid="ignore"):
+                held = pa.array(~np.isnan(at) & (at <= due + 2e-6))
         return pa.table(
             {
-                "timer_id": pa.array([self.pop.ids[i] for i in idx.tolist()], pa.string()),
+                "timer_id": pa.array(ids, pa.string()),
                 "tenant_id": pa.array([self.pop.tenants[i] for i in idx.tolist()], pa.string()),
                 "type": pa.array(["poll"] * n, pa.string()),
                 "due_at": due,
@@ -197,7 +307,9 @@ class PollingProcessor:
                 "worker": pa.array([""] * n, pa.string()),
                 "batch": pa.array(np.full(n, -1, np.int64)),
                 "effect_delivered": pa.array(np.zeros(n, bool)),
-                "warmup": pa.array(due < measure_start),
+                "warmup": pa.array(np.fmax(due, self.armed_at[idx]) < measure_start),
+                "external_effect": pa.array(np.zeros(n, bool)),
+                "held_at_end": held,
             }
         )
 
@@ -209,16 +321,17 @@ PROGRESS_FIELDS = ("armed_due", "armed_at", "received_due")
 
 
 def progress_snapshot(processor: PollingProcessor) -> dict[str, np.ndarray]:
-    return {name: getattr(processor, name) for name in PROGRESS_FIELDS}
+    snap = {name: getattr(processor, name) for name in PROGRESS_FIELDS}
+    snap["skipped_due"] = processor.skipped_due
+    return snap
 
 
 def merge_state(processor, snap: dict[str, np.ndarray]) -> None:
     """Merge one node's ``armed_due/armed_at/received_due`` into ``processor``, in place.
 
     The latest arm of a trigger wins (its ``armed_at`` is the largest: initial arms happen in
-    the run process, re-arms in whichever node polled last). A trigger counts as received when
-    any node received exactly its latest armed fire time. Idempotent, so snapshots can be merged
-    again and again.
+    the run process, re-arms in whichever node polled last). ``received_due`` is the latest due
+    any node received. Idempotent, so snapshots can be merged again and again.
     """
     a_due, a_at, r_due = processor.armed_due, processor.armed_at, processor.received_due
     s_due, s_at, s_recv = snap["armed_due"], snap["armed_at"], snap["received_due"]
@@ -230,9 +343,4 @@ def merge_state(processor, snap: dict[str, np.ndarray]) -> None:
         newer &= ~np.isnan(s_at)
         a_due[newer] = s_due[newer]
         a_at[newer] = s_at[newer]
-        got = np.abs(s_recv - a_due) < 2e-6
-        r_due[got] = a_due[got]
-        # keep the latest receipt otherwise, as the processor itself would
-        later = ~got & ~np.isnan(s_recv) & (np.isnan(r_due) | (s_recv > r_due))
-        r_due[later] = s_recv[later]
-
+        r_due[:] = np.fmax(r_due, s_recv)

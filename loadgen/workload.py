@@ -12,6 +12,18 @@ from ``triggers`` when only that is given): with intervals uniform on ``[lo, hi]
 fires ``E[1/I] = ln(hi/lo)/(hi-lo)`` times a second, so ``triggers = rate / E[1/I]`` (over the
 share of triggers that are not long-horizon). At 556/s and 60-120 s that is ~48,100 triggers.
 
+``cadence`` says how a trigger's next fire is timed. ``fixed`` (the default of every preset): next
+due = previous due + interval, whenever the poll ran, so the load is open-loop and a slow backend
+falls behind instead of being offered less; a trigger delivered more than one interval late fires
+once and realigns to its grid (the periods it skipped are counted, never fired in a burst).
+``after-poll``: next due = when the poll finished + interval, as the seeds' own system re-armed
+(closed-loop: a backend lagging by L is offered about L/I fewer fires).
+
+``warmup`` defaults to one maximum interval, so every trigger has fired and re-armed once before
+the measured window opens. ``on_time`` is the lag up to which a delivered fire is on time, one
+value for every backend; ``drain_limit`` bounds the drain after the window (see harness/session.py).
+``time_compression`` and ``description`` say what a preset stands for (production-compressed).
+
 Bad input raises :class:`WorkloadError` (a ``ValueError``) naming the field, and, for a file,
 the file and line: ``workload file w.yaml line 3, field rate: invalid rate 'fast'; accepted
 forms: ...``. Every number must be finite (no ``.nan``, ``.inf``), every field known.
@@ -33,6 +45,7 @@ MAX_FILE_BYTES = 1 << 20  # a workload file is a page of YAML; anything this big
 MAX_STATE_BYTES = 1 << 20  # poll state per trigger (seeds/003: ~4 KB); a MiB is already far beyond it
 MAX_TENANTS = 1_000_000
 MAX_POLL_CONCURRENCY = 1_000_000
+CADENCES = ("fixed", "after-poll")
 
 
 class WorkloadError(ValueError):
@@ -65,11 +78,17 @@ class Workload:
     herd_share: float = 0.0  # share of triggers whose first fire is the same instant
     herd_at_s: float = 5.0  # offset of that instant from the start of arming, seconds
     duration_s: float = 600.0  # measured window
-    warmup_s: float = 60.0  # recorded but excluded from the summary
+    warmup_s: float | None = None  # recorded but excluded from the summary; None: one maximum interval
     seed: int = 1
     trace: str | None = None  # CSV to replay: trigger_id, tenant_id, interval_s, first_fire_s
-    grace_s: float | None = None  # a fire due in the run has this long to arrive or it is missed; None: 2x the backend's max lag, >= 2 s
+    cadence: str = "fixed"  # "fixed": next due = previous due + interval (open loop); "after-poll": poll end + interval
+    # seconds of lag up to which a delivered fire counts as on time, later is late; one value for
+    # every backend (seeds/003: polling MaxLag is 10 s, the lag the seeds' team accepted for a poll)
+    on_time_s: float = 10.0
+    drain_limit_s: float = 180.0  # after the window, wait at most this long for the fires due in it, seconds
     arm_batch: int = 2000  # timers per arm() call while arming the population
+    description: str = ""  # one line a report shows beside the workload's name
+    time_compression: float = 1.0  # > 1: intervals and population are this many times smaller than the shape named in description
 
     # -- derived ------------------------------------------------------------------------
 
@@ -86,7 +105,9 @@ class Workload:
         w.validate()
         periodic = max(1e-9, 1.0 - w.long_horizon_share)
         if w.trace:
-            return w  # rate and triggers come from the trace when the population is built
+            return w  # rate, triggers and the default warm-up come from the trace's population
+        if w.warmup_s is None:
+            w.warmup_s = w.interval_max_s  # every trigger fires and re-arms once before the window
         if w.triggers is None:
             w.triggers = max(1, int(round(w.rate_per_s / (periodic * w.fires_per_trigger_s()))))
         elif w.rate_per_s is None:
@@ -145,8 +166,14 @@ class Workload:
             raise bad("arm_batch", self.arm_batch, "must be at least 1")
         if self.retry_backoff_s < 0:
             raise bad("retry_backoff", self.retry_backoff_s, "must not be negative")
-        if self.grace_s is not None and self.grace_s <= 0:
-            raise bad("grace", self.grace_s, "must be positive (or left out: 2x the backend's max lag)")
+        if self.cadence not in CADENCES:
+            raise bad("cadence", self.cadence, f"use one of: {', '.join(CADENCES)}")
+        if self.on_time_s <= 0:
+            raise bad("on_time", self.on_time_s, "must be positive (a lag such as 10s)")
+        if self.drain_limit_s < 0:
+            raise bad("drain_limit", self.drain_limit_s, "must not be negative (e.g. 3m)")
+        if self.time_compression < 1:
+            raise bad("time_compression", self.time_compression, "must be >= 1 (1 = not compressed)")
         if not (0 < self.long_horizon_min_days <= self.long_horizon_max_days):
             raise bad("long_horizon_days", f"{self.long_horizon_min_days:g}..{self.long_horizon_max_days:g}",
                       "use LOW..HIGH days with 0 < LOW <= HIGH, e.g. 30..60")
@@ -154,7 +181,7 @@ class Workload:
             raise bad("trace", self.trace, "give the path of a CSV file")
         if self.duration_s <= 0:
             raise bad("duration", self.duration_s, "must be positive")
-        if self.warmup_s < 0:
+        if self.warmup_s is not None and self.warmup_s < 0:
             raise bad("warmup", self.warmup_s, "must not be negative")
 
 
@@ -222,8 +249,18 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "warmup": ("warmup_s", parse_duration),
     "seed": ("seed", _int),
     "trace": ("trace", _opt_str),
-    "grace": ("grace_s", lambda v: None if v is None else parse_duration(v)),
+    "cadence": ("cadence", _str),
+    "on_time": ("on_time_s", parse_duration),
+    "drain_limit": ("drain_limit_s", parse_duration),
     "arm_batch": ("arm_batch", _int),
+    "description": ("description", _str),
+    "time_compression": ("time_compression", _float),
+}
+# Fields that are gone, with what replaced them (an old YAML file gets told, not ignored).
+_REMOVED = {
+    "grace": "grace was removed: a fire's outcome no longer depends on a per-backend grace period; use on_time "
+             "(the lag up to which a fire is on time, one value for every backend) and drain_limit",
+    "grace_s": "grace_s was removed; use on_time and drain_limit",
 }
 
 
@@ -275,6 +312,8 @@ def from_mapping(data: Mapping[str, Any], base: Workload | None = None) -> Workl
     w = Workload(**asdict(base)) if base else Workload()
     canonical = {f.name for f in fields(Workload)}
     for key, value in data.items():
+        if isinstance(key, str) and key in _REMOVED:
+            raise WorkloadError(f"invalid workload field {key}: {_REMOVED[key]}", field=key)
         if not isinstance(key, str) or key not in (*_KEYS, *canonical, "interval", "provider_latency",
                                                    "long_horizon_days"):
             accepted = ", ".join(sorted([*_KEYS, "interval", "provider_latency", "long_horizon_days"]))

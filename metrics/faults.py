@@ -8,12 +8,14 @@ batch lost in a crash at 30 s is redelivered (late, and twice) long after, but i
 crash. Overlapping faults (a snapshot held across a restart) share fires and say so in
 ``overlaps``. "Due" is ``max(due_at, armed_at)``, where the lag clock starts.
 
-``missed``
+``lost`` / ``pending``
     fires due in the window that never came (rows of ``fires.parquet`` with a null
-    ``fired_at``). Must be 0 once the backend has recovered.
-``duplicate_fires`` / ``duplicate_effects``
-    second and later deliveries (committed effects) of a ``(timer_id, due_at)`` key due in the
-    window.
+    ``fired_at``): lost when the backend no longer held them at the end (must be 0), pending
+    when it still did (a backlog the run's drain did not clear).
+``duplicate_fires`` / ``duplicate_effects`` / ``duplicate_external_effects``
+    second and later deliveries (committed keyed effects, external effects) of a
+    ``(timer_id, due_at)`` key due in the window: at-least-once shows in the first and last,
+    never in the keyed effects.
 ``lag_peak_ms``
     the largest lag of a fire due in the window.
 ``time_to_recover_s``
@@ -76,6 +78,8 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
     due = fires.column("due_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
     ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object) if n else np.array([], dtype=object)
     effect = fires.column("effect_delivered").to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, bool)
+    external = fires.column("external_effect").to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, bool)
+    not_held = np.array([h is False for h in fires.column("held_at_end").to_pylist()], bool) if n else np.zeros(0, bool)
     armed = fires.column("armed_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
     due_eff = np.fmax(due, armed)  # where the lag clock starts
     got = ~np.isnan(fired_at)
@@ -84,6 +88,8 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
     dup_fire[got] = _later_dups(keys[got], fired_at[got])
     dup_effect = np.zeros(n, bool)
     dup_effect[effect] = _later_dups(keys[effect], fired_at[effect])
+    dup_external = np.zeros(n, bool)
+    dup_external[external] = _later_dups(keys[external], fired_at[external])
 
     fired = [f for f in data.get("faults", []) if f.get("start") is not None]
 
@@ -120,9 +126,11 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
             "end_s": end - arm_start,
             "due_window_s": [lo - arm_start, (hi - arm_start) if np.isfinite(hi) else None],
             "fires": int(got_w.sum()),
-            "missed": int((~got & due_in).sum()),
+            "lost": int((~got & due_in & not_held).sum()),
+            "pending": int((~got & due_in & ~not_held).sum()),
             "duplicate_fires": int((dup_fire & due_in).sum()),
             "duplicate_effects": int((dup_effect & due_in).sum()),
+            "duplicate_external_effects": int((dup_external & due_in).sum()),
             "lag_bound_s": bound_s,
             "late_fires": int(late.sum()),
             "time_to_recover_s": ttr,

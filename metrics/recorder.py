@@ -7,7 +7,8 @@ wait), the rows at least ``FLUSH_AFTER_S`` old become one complete Parquet file,
 and renamed into place, never one write per fire. Rows wait that long because the effect of a
 fire is known only when the backend commits (``committed``), normally well within it; an effect
 committed after its row was written is listed by row number in ``late-<log>.npy`` (rewritten
-whole with each segment; rare, counted in ``late_effects``).
+whole with each segment; rare, counted in ``late_effects``); an external effect
+(:meth:`FireRecorder.external`) noted after its row was written, in ``late-external-<log>.npy``.
 
 A writer killed with SIGKILL keeps every segment it closed: it loses at most the rows younger
 than ``FLUSH_AFTER_S + SEGMENT_EVERY_S`` plus one flush tick (the caller's, 1 s), about 8 s of
@@ -74,8 +75,11 @@ class FireRecorder:
         self._pending: list[_Chunk] = []  # received, not yet written
         self._written = 0  # rows [0, _written) are in closed segments
         self._effects = bytearray()  # one flag per row
+        self._external = bytearray()  # one flag per row: the processor's external effect happened
         self._late: list[int] = []  # rows whose effect arrived after they were written
         self._late_saved = 0
+        self._late_external: list[int] = []  # rows whose external effect was noted after they were written
+        self._late_external_saved = 0
         self._row_of: dict[int, int] = {}  # id(Fire) -> row, until its commit is reported
         self._flushing: asyncio.Lock | None = None
         # live views: the measured window, and the interval since the last sampler tick
@@ -103,6 +107,7 @@ class FireRecorder:
         )
         self._row_of.update(zip(map(id, fires), range(row0, row0 + n)))
         self._effects.extend(bytes(n))
+        self._external.extend(bytes(n))
         self.rows += n
         lag_us = np.rint(lag * 1e6)
         record_many(self.interval, lag_us)
@@ -125,6 +130,17 @@ class FireRecorder:
             if row < self._written:
                 self._late.append(row)
 
+    def external(self, fires: Sequence) -> None:
+        """The processor performed these fires' external effects (before the backend's commit)."""
+        get = self._row_of.get
+        for f in fires:
+            row = get(id(f), -1)
+            if row < 0:
+                continue  # never received here (cannot happen for the polling processor)
+            self._external[row] = 1
+            if row < self._written:
+                self._late_external.append(row)
+
     # -- batched writes ---------------------------------------------------------------------
 
     def _take(self, older_than: float | None) -> list[_Chunk]:
@@ -137,19 +153,22 @@ class FireRecorder:
         taken, self._pending = self._pending[:i], self._pending[i:]
         return taken
 
-    def _table(self, chunks: list[_Chunk], effects: bytes | None = None) -> pa.Table:
+    def _table(self, chunks: list[_Chunk], effects: bytes | None = None, external: bytes | None = None) -> pa.Table:
         if not chunks:
             return FIRES_SCHEMA.empty_table()
         lo = chunks[0].row0
         hi = chunks[-1].row0 + len(chunks[-1].ids)
         if effects is None:
             effects = bytes(self._effects[lo:hi])
+        if external is None:
+            external = bytes(self._external[lo:hi])
         flat = lambda attr: [x for c in chunks for x in getattr(c, attr)]  # noqa: E731
         cat = lambda attr: np.concatenate([getattr(c, attr) for c in chunks])  # noqa: E731
         sizes = [len(c.ids) for c in chunks]
         fired = np.repeat([c.fired_at for c in chunks], sizes)
         warm = np.repeat([c.warmup for c in chunks], sizes)
         effects = np.frombuffer(effects, dtype=np.uint8).astype(bool)
+        external = np.frombuffer(external, dtype=np.uint8).astype(bool)
         return pa.table(
             {
                 "timer_id": pa.array(flat("ids"), pa.string()),
@@ -164,6 +183,8 @@ class FireRecorder:
                 "batch": cat("batch"),
                 "effect_delivered": effects,
                 "warmup": warm,
+                "external_effect": external,
+                "held_at_end": pa.nulls(len(fired), pa.bool_()),  # only undelivered rows have one
             },
             schema=FIRES_SCHEMA,
         )
@@ -181,6 +202,11 @@ class FireRecorder:
             late = list(self._late)
             rundir.save_rows_atomic(np.asarray(late, np.int64), rundir.late_effects(self.directory, self.log))
             self._late_saved = len(late)
+        if len(self._late_external) > self._late_external_saved:
+            late = list(self._late_external)
+            rundir.save_rows_atomic(np.asarray(late, np.int64),
+                                    rundir.late_effects(self.directory, self.log, "external_effect"))
+            self._late_external_saved = len(late)
 
     async def maybe_flush(self, now: float) -> None:
         """Close a segment of the rows old enough to have committed, every ``SEGMENT_EVERY_S``
@@ -199,7 +225,8 @@ class FireRecorder:
             lo = chunks[0].row0
             self._written = hi = chunks[-1].row0 + len(chunks[-1].ids)
             effects = bytes(self._effects[lo:hi])  # the flags as of now; later ones count as late
-            await asyncio.to_thread(lambda: self._write(self._table(chunks, effects)))
+            external = bytes(self._external[lo:hi])
+            await asyncio.to_thread(lambda: self._write(self._table(chunks, effects, external)))
 
     def close(self) -> None:
         """Write what is left as the last segment (late effects included)."""

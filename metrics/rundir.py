@@ -6,18 +6,23 @@
     ``scheduler``, ``options`` (resolved), ``workload`` (resolved, every field),
     ``environment`` (python, platform, cpus, memory_bytes, postgres_version,
     postgres_settings, temporal_version, timerbench_version, git_commit), ``dsn`` (no password),
-    ``temporal_address``, ``started_at``, ``argv``, and ``window``: ``arm_start``,
-    ``measure_start``, ``measure_end`` (epoch s; ``measure_end`` is where an interrupted run
-    stopped), ``grace_s``, ``missed_before`` and ``drained_s``: after a complete window the run
-    drains for up to ``grace_s`` (until every fire due before ``measure_end`` has arrived), and
-    ``missed_before`` = ``measure_end``; an interrupted run cannot drain, so there
-    ``missed_before`` = ``measure_end - grace_s``.
+    ``temporal_address``, ``started_at``, ``argv``, ``window`` and ``load``. ``window``:
+    ``arm_start``, ``measure_start``, ``measure_end`` (epoch s; ``measure_end`` is where an
+    interrupted run stopped), ``drain_limit_s`` and ``drained_s`` (after the window closes,
+    arming stops and the run drains until every fire due before ``measure_end`` has arrived, or
+    ``drain_limit_s`` has passed; ``drain_ended`` says why when it stopped earlier: nothing
+    arrived for a while and the backend held none of the missing fires), ``undelivered_before``
+    (fires due before it that never arrived are rows of ``fires.parquet``) and ``held_asked``
+    (whether the backend said what it still holds). ``load``: what the load generator did beyond the fire log:
+    ``periodic_triggers``, ``interval_max_s``, ``skipped_periods`` (fixed cadence: grid times a
+    trigger jumped over because its fire was more than one interval late) and
+    ``skipped_periods_in_window``.
 ``segments/`` (while the run runs; gone once it finishes)
     The fire log and the samples as the run writes them, in **closed segments**: each
     ``fires-run.<seq>.parquet`` / ``samples.<seq>.parquet`` is a complete Parquet file written
     whole and renamed into place (a reader never sees half of one), ``late-run.npy`` lists the
     rows (numbered across the fire segments) whose effect was committed after their segment was
-    written. A run killed with SIGKILL keeps every segment it closed: fire segments hold rows at
+    written, ``late-external-run.npy`` those whose external effect was noted after it. A run killed with SIGKILL keeps every segment it closed: fire segments hold rows at
     least :data:`metrics.recorder.FLUSH_AFTER_S` old and close every
     :data:`metrics.recorder.SEGMENT_EVERY_S`, so a kill costs at most the last ~8 s of fires
     (5 + 2 + the 1 s flush tick) and the last :data:`metrics.sampler.SEGMENT_EVERY_SAMPLES` s of
@@ -27,11 +32,13 @@
     whose lock nobody holds was interrupted (:func:`run_state`).
 ``fires.parquet``
     One row per fire received by the polling processor (:data:`FIRES_SCHEMA`), including those
-    received while draining after ``measure_end`` (outside the window). A **missed** fire (armed,
-    due before ``missed_before``, never received) is a row too, with
-    ``fired_at`` and ``lag_s`` null, ``attempt`` 0 and ``batch`` -1, so it stays in the
-    denominator. ``warmup`` is true when the fire was received (a missed one: due) before
-    ``measure_start``.
+    received while draining after ``measure_end`` (outside the window), and one row per
+    **undelivered** fire (armed, due before ``undelivered_before``, never received): ``fired_at``
+    and ``lag_s`` null, ``attempt`` 0, ``batch`` -1, and ``held_at_end`` True when the backend
+    still held it after the drain (pending), False when it did not (lost), null when it could not
+    be asked. ``warmup`` is true when the fire was received (an undelivered one: due) before
+    ``measure_start``; ``external_effect`` is true when the processor performed its external
+    effect for that delivery.
 ``samples.parquet``
     Long format (:data:`SAMPLES_SCHEMA`): scope ``run`` for run-wide metrics, ``server:<name>``
     for what a server the run uses paid (:func:`server_scope`: ``server:postgres``,
@@ -56,8 +63,19 @@ Readers go through :func:`read_fires` / :func:`read_samples`, which read the com
 when there is one and otherwise every complete segment (the run's own and, with ``--nodes``,
 every node's parts under ``nodes/``).
 
-Windows: performance figures (rate, lag, per-fire writes, HOT ratio) cover the measured window
-only; correctness figures (missed, duplicate fires, duplicate effects) cover the whole run,
+**The four outcomes** (:func:`fire_accounting`, DESIGN.md "Measuring honestly"). A fire is due in
+the window when ``max(due_at, armed_at)`` (when it became due in the store, where the lag clock
+starts) lies in ``[measure_start, measure_end)``. Each ``(timer_id, due_at)`` key due in the
+window is exactly one of: **on time** (first delivery's lag <= the workload's ``on_time_s``),
+**late** (delivered later, with its real lag), **pending** (never delivered, still held by the
+backend after the drain: a backlog) or **lost** (never delivered and no longer held: a failing
+run). Lag percentiles cover every key due in the window; an undelivered one is infinitely late,
+so a percentile that falls among them is :data:`NOT_DELIVERED`. A delivery before its due time
+is **early** (counted, its negative lag kept). The offered rate is the keys due in the window per
+second; the achieved rate the keys first delivered in the window per second.
+
+Windows: performance figures (rates, lag, per-fire writes, HOT ratio) cover the measured window
+only; correctness figures (lost, early, duplicate fires, duplicate effects) cover the whole run,
 warm-up included, because a lost or doubled fire is never a warm-up artefact.
 """
 
@@ -76,7 +94,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metrics.hdr import new_histogram, percentiles_ms, record_many
 
 # Every file of a run directory, named once (writers, readers, reports and tests use these).
 CONFIG = "config.json"
@@ -138,9 +155,11 @@ def fire_segments(directory: Path) -> dict[str, list[Path]]:
     return {log: [p for _, p in sorted(items)] for log, items in sorted(found.items())}
 
 
-def late_effects(directory: Path, log: str) -> Path:
-    """Rows (numbered across a fire log's segments) whose effect was committed after they were written."""
-    return directory / f"late-{log}.npy"
+def late_effects(directory: Path, log: str, column: str = "effect_delivered") -> Path:
+    """Rows (numbered across a fire log's segments) whose effect was committed
+    (``effect_delivered``), or whose external effect happened (``external_effect``), after they
+    were written."""
+    return directory / (f"late-{log}.npy" if column == "effect_delivered" else f"late-external-{log}.npy")
 
 
 def samples_segment(directory: Path, seq: int) -> Path:
@@ -178,13 +197,15 @@ FIRES_SCHEMA = pa.schema(
         ("type", pa.string()),
         ("due_at", pa.float64()),  # epoch seconds
         ("armed_at", pa.float64()),
-        ("fired_at", pa.float64()),  # null: missed
-        ("lag_s", pa.float64()),  # fired_at - max(due_at, armed_at); null: missed
+        ("fired_at", pa.float64()),  # null: never delivered
+        ("lag_s", pa.float64()),  # fired_at - max(due_at, armed_at); null: never delivered
         ("attempt", pa.int32()),
         ("worker", pa.string()),
         ("batch", pa.int64()),
         ("effect_delivered", pa.bool_()),
         ("warmup", pa.bool_()),
+        ("external_effect", pa.bool_()),  # the processor's external effect (a webhook) happened
+        ("held_at_end", pa.bool_()),  # undelivered rows: still held (pending) / not (lost); else null
     ]
 )
 
@@ -218,7 +239,12 @@ STATEMENTS_SCHEMA = pa.schema(
     ]
 )
 
-RATE_HELD_SHARE = 0.95  # achieved below 95% of target: the run did not hold its rate
+RATE_HELD_SHARE = 0.95  # achieved below 95% of offered, or offered below 95% of target: rate not held
+NOT_DELIVERED = "not delivered"  # a lag percentile that falls among fires never delivered
+EARLY_TOLERANCE_S = 0.001  # a delivery this much before its due time is early (microsecond rounding, one clock)
+STEADY_STATE_CYCLES = 2.0  # fires due per trigger in the window, at least, for a steady-state window
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
+EXIT_INCORRECT = 4  # bench run's exit code when a complete run lost a fire or duplicated a keyed effect
 TOAST_SUFFIX = "#toast"
 SERVER_PREFIX = "server:"
 # pgstattuple and n_dead_tup disagree when they differ by more than this share of the larger,
@@ -279,11 +305,21 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / SUMMARY).read_text())
 
 
+def conform_fires(table: pa.Table) -> pa.Table:
+    """A fire log in :data:`FIRES_SCHEMA`: columns a run directory written before they existed
+    get their writers' default (no external effect; ``held_at_end`` not asked)."""
+    for name in ("external_effect", "held_at_end"):
+        if name not in table.column_names:
+            fill = pa.array([False] * len(table)) if name == "external_effect" else pa.nulls(len(table), pa.bool_())
+            table = table.append_column(name, fill)
+    return table.select(FIRES_SCHEMA.names).cast(FIRES_SCHEMA)
+
+
 def read_fires(run_dir: str | Path) -> pa.Table:
     """The fire log: ``fires.parquet`` once the run compacted it, else every closed segment."""
     path = Path(run_dir) / FIRES
     if path.exists():
-        return pq.read_table(path)
+        return conform_fires(pq.read_table(path))
     return read_segmented_fires(run_dir)
 
 
@@ -295,17 +331,19 @@ def read_samples(run_dir: str | Path) -> pa.Table:
     return read_segmented_samples(run_dir)
 
 
-def _fire_log(parts: list[Path], late: Path) -> pa.Table:
-    """One writer's fire log: its segments in order, with the effects committed after a
-    segment was written set from ``late``."""
-    t = pa.concat_tables([pq.read_table(p).cast(FIRES_SCHEMA) for p in parts])
-    if late.exists() and len(t):
-        rows = np.load(late)
-        rows = rows[(rows >= 0) & (rows < len(t))]  # a row beyond the last segment died with its writer
-        if len(rows):
-            flags = t.column("effect_delivered").to_numpy(zero_copy_only=False).copy()
-            flags[rows] = True
-            t = t.set_column(t.schema.get_field_index("effect_delivered"), "effect_delivered", pa.array(flags))
+def _fire_log(parts: list[Path], directory: Path, log: str) -> pa.Table:
+    """One writer's fire log: its segments in order, with the effects committed (and external
+    effects noted) after a segment was written set from its ``late`` files."""
+    t = pa.concat_tables([conform_fires(pq.read_table(p)) for p in parts])
+    for column in ("effect_delivered", "external_effect"):
+        late = late_effects(directory, log, column)
+        if late.exists() and len(t):
+            rows = np.load(late)
+            rows = rows[(rows >= 0) & (rows < len(t))]  # a row beyond the last segment died with its writer
+            if len(rows):
+                flags = t.column(column).to_numpy(zero_copy_only=False).copy()
+                flags[rows] = True
+                t = t.set_column(t.schema.get_field_index(column), column, pa.array(flags))
     return t
 
 
@@ -320,7 +358,7 @@ def read_segmented_fires(run_dir: str | Path) -> pa.Table:
     tables = []
     seg = run_dir / SEGMENTS_DIR
     if seg.is_dir():
-        tables += [_fire_log(parts, late_effects(seg, log)) for log, parts in fire_segments(seg).items()]
+        tables += [_fire_log(parts, seg, log) for log, parts in fire_segments(seg).items()]
     nodes = run_dir / NODES_DIR
     if nodes.is_dir():
         logs = fire_segments(nodes)
@@ -330,7 +368,7 @@ def read_segmented_fires(run_dir: str | Path) -> pa.Table:
             except (OSError, ValueError, KeyError, TypeError):
                 measure_start = -math.inf
             for log, parts in logs.items():
-                t = _fire_log(parts, late_effects(nodes, log))
+                t = _fire_log(parts, nodes, log)
                 warm = pc.less(t.column("fired_at"), pa.scalar(measure_start, pa.float64()))
                 tables.append(t.set_column(t.schema.get_field_index("warmup"), "warmup", warm))
     return pa.concat_tables(tables) if tables else FIRES_SCHEMA.empty_table()
@@ -349,19 +387,19 @@ def write_samples_segment(directory: Path, seq: int, columns: dict[str, list]) -
     write_parquet_atomic(table, samples_segment(directory, seq))
 
 
-def compact(run_dir: str | Path, missed: pa.Table | None = None) -> int:
+def compact(run_dir: str | Path, undelivered: pa.Table | None = None) -> int:
     """A finishing run's segments (and its nodes' parts) become ``fires.parquet`` (with the
-    ``missed`` rows, ordered by ``fired_at``, missed last) and ``samples.parquet``; then
+    ``undelivered`` rows, ordered by ``fired_at``, undelivered last) and ``samples.parquet``; then
     ``segments/`` goes. Each file is renamed into place whole, and the segments are removed only
     after both exist, so a kill at any point leaves a readable directory. Returns the fire rows."""
     import pyarrow.compute as pc
 
     run_dir = Path(run_dir)
     fires = read_segmented_fires(run_dir)
-    if missed is not None and len(missed):
-        fires = pa.concat_tables([fires, missed.cast(FIRES_SCHEMA)])
+    if undelivered is not None and len(undelivered):
+        fires = pa.concat_tables([fires, undelivered.cast(FIRES_SCHEMA)])
     if len(fires):
-        order = pc.sort_indices(fires, sort_keys=[("fired_at", "ascending")])  # nulls (missed) last
+        order = pc.sort_indices(fires, sort_keys=[("fired_at", "ascending")])  # nulls (undelivered) last
         fires = fires.take(order)
     write_parquet_atomic(fires, run_dir / FIRES)
     write_parquet_atomic(read_segmented_samples(run_dir), run_dir / SAMPLES)
@@ -420,7 +458,8 @@ def recorded_until(fires: pa.Table, samples: pa.Table) -> tuple[float | None, fl
 
 def interrupted_summary(run_dir: str | Path, state: str | None = None) -> dict[str, Any]:
     """The summary of a run without ``summary.json``, recomputed from what it recorded: marked
-    incomplete, its window cut where its fire log ends, its missed fires not judged."""
+    incomplete, its window cut where its fire log ends, its undelivered fires (pending or lost)
+    not judged."""
     run_dir = Path(run_dir)
     state = state or run_state(run_dir)
     cfg = read_config(run_dir)
@@ -494,6 +533,120 @@ def duplicates(ids: np.ndarray, due: np.ndarray) -> int:
     return int(len(ids) - len(np.unique(_keys_us(ids, due))))
 
 
+def how_to_read(summary: dict[str, Any]) -> str:
+    """Two or three sentences on the cadence, the window and the four outcomes of a run, for the
+    end-of-run table and the report (README says the same)."""
+    on_time = summary.get("on_time_s") or 10.0
+    if summary.get("cadence") == "after-poll":
+        load = ("Load is closed-loop (after-poll cadence: next due = poll end + interval), so a lagging backend "
+                "is offered fewer fires; the offered rate shows by how much.")
+    else:
+        load = ("Load is open-loop (fixed cadence: next due = previous due + interval; a fire more than one "
+                "interval late fires once and realigns, the skipped periods counted), so a slow backend falls "
+                "behind instead of being offered less.")
+    warm = summary.get("warmup_s")
+    warm_text = "a warm-up" if warm is None else f"a {warm:g} s warm-up"
+    return (f"{load} The window counts every fire that became due in it, after {warm_text} (by default one "
+            f"maximum interval, so every trigger has re-armed); then arming stops and the run drains. Each of those fires is on time (lag <= "
+            f"{on_time:g} s, one bound for every backend), late (delivered later, with its real lag), pending "
+            f"(still held by the backend after the drain: a backlog) or lost (never delivered and no longer "
+            f"held: the run fails); lag percentiles cover all of them, an undelivered fire as infinitely late.")
+
+
+def lag_percentiles_ms(lags_s: np.ndarray) -> dict[str, float | str | None]:
+    """Nearest-rank percentiles (and the max) of lags in seconds, in ms; ``inf`` is a fire never
+    delivered and reads :data:`NOT_DELIVERED`; None for no fires at all. Exact (no histogram), so
+    an early fire's negative lag stays negative."""
+    v = np.sort(np.asarray(lags_s, dtype=np.float64))
+    out: dict[str, float | str | None] = {}
+    for key, pct in (*PERCENTILES, ("max", 100.0)):
+        if len(v) == 0:
+            out[key] = None
+            continue
+        x = float(v[max(0, int(math.ceil(pct / 100.0 * len(v))) - 1)])
+        out[key] = x * 1000.0 if math.isfinite(x) else NOT_DELIVERED
+    return out
+
+
+def _column(fires: pa.Table, name: str, dtype) -> np.ndarray:
+    if len(fires) == 0:
+        return np.zeros(0, dtype)
+    return fires.column(name).to_numpy(zero_copy_only=False).astype(dtype)
+
+
+def fire_accounting(fires: pa.Table, measure_start: float, measure_end: float, on_time_s: float) -> dict[str, Any]:
+    """Outcomes, rates' numerators and lag of the fires due in ``[measure_start, measure_end)``,
+    and the whole run's correctness counts, from ``fires.parquet`` alone (see the module
+    docstring). Pure: the tests recompute every figure with it and without it."""
+    import pandas as pd
+
+    n = len(fires)
+    fired_at = _column(fires, "fired_at", np.float64)  # null (never delivered) reads as NaN
+    due = _column(fires, "due_at", np.float64)
+    armed = _column(fires, "armed_at", np.float64)
+    lag = _column(fires, "lag_s", np.float64)
+    attempt = _column(fires, "attempt", np.int64)
+    effect = _column(fires, "effect_delivered", bool)
+    external = _column(fires, "external_effect", bool)
+    held = np.asarray(fires.column("held_at_end").to_pylist(), dtype=object) if n else np.zeros(0, object)
+    ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object) if n else np.zeros(0, object)
+    delivered = ~np.isnan(fired_at)
+    due_us = np.rint(due * 1e6).astype(np.int64) if n else np.zeros(0, np.int64)
+
+    # one row per (timer_id, due_at): its first delivery, or its undelivered row
+    df = pd.DataFrame({"id": ids, "due_us": due_us, "fired": fired_at, "lag": lag,
+                       "due_eff": np.fmax(due, armed), "held": held})
+    first = df.sort_values("fired", na_position="last", kind="stable").drop_duplicates(["id", "due_us"])
+    got = first["fired"].notna().to_numpy()
+    due_eff = first["due_eff"].to_numpy()
+    key_lag = np.where(got, first["lag"].to_numpy(), np.inf)
+    key_held = first["held"].to_numpy()
+    in_window = (due_eff >= measure_start) & (due_eff < measure_end)
+    before_window = due_eff < measure_start
+    w_lag = key_lag[in_window]
+    w_got = got[in_window]
+    w_held = key_held[in_window]
+    late = w_got & (w_lag > on_time_s)
+    not_held = np.array([h is False for h in w_held], bool)
+    unknown = np.array([h is None for h in w_held], bool) & ~w_got
+    first_fired = first["fired"].to_numpy()
+    outcomes = {
+        "due": int(in_window.sum()),
+        "on_time": int((w_got & ~late).sum()),
+        "late": int(late.sum()),
+        "pending": int((~w_got & ~not_held).sum()),
+        "lost": int((~w_got & not_held).sum()),
+    }
+    warm_held = key_held[before_window & ~got]
+    return {
+        "outcomes": outcomes,
+        "undelivered_unjudged": int(unknown.sum()),
+        "lost_in_warmup": int(sum(1 for h in warm_held if h is False)),
+        "pending_from_warmup": int(sum(1 for h in warm_held if h is not False)),
+        "lag_ms": lag_percentiles_ms(w_lag),
+        "delivered_in_window": int(((first_fired >= measure_start) & (first_fired < measure_end)).sum()),
+        "early": int((delivered & (lag < -EARLY_TOLERANCE_S)).sum()),
+        "redelivered_fires": int((delivered & (attempt > 1)).sum()),
+        "duplicate_fires": duplicates(ids[delivered], due[delivered]),
+        "duplicate_effects": duplicates(ids[effect], due[effect]),
+        "external_effects": int(external.sum()),
+        "duplicate_external_effects": duplicates(ids[external], due[external]),
+    }
+
+
+def rate_held(target: float | None, offered: float | None, achieved: float | None) -> tuple[bool | None, list[str]]:
+    """(held, why not): the achieved rate against the offered one **and** the offered rate
+    against the target, each at :data:`RATE_HELD_SHARE`. None when a rate is unknown."""
+    if not target or offered is None or achieved is None:
+        return None, []
+    why = []
+    if offered < RATE_HELD_SHARE * target:
+        why.append(f"offered {offered:.1f} fires/s, {100 * offered / target:.0f}% of the target {target:.1f} fires/s")
+    if achieved < RATE_HELD_SHARE * offered:
+        why.append(f"achieved {achieved:.1f} fires/s, {100 * achieved / offered:.0f}% of the {offered:.1f} fires/s offered")
+    return not why, why
+
+
 def compute_summary(
     run_dir: str | Path, complete: bool = True, incomplete_reason: str | None = None,
     stopped_at: float | None = None,
@@ -501,41 +654,33 @@ def compute_summary(
     """The summary, recomputed from ``config.json``, ``fires.parquet`` and ``samples.parquet``.
 
     ``stopped_at``: the run was killed and its records end there (:func:`interrupted_summary`):
-    the window is cut at that moment, and missed fires are not judged (``missed`` None) unless
-    the run wrote them, since a killed run never compared what it armed with what fired."""
+    the window is cut at that moment, and unless the run wrote its undelivered fires, whether any
+    fire was pending or lost is not judged (those counts and the offered rate are None, the lag
+    percentiles cover the delivered fires only, and say so): a killed run never compared what it
+    armed with what fired, nor asked the backend what it still held."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     window = cfg.get("window", {})
     workload = cfg.get("workload", {})
+    load = cfg.get("load") or {}
     measure_start = float(window.get("measure_start", 0.0))
     measure_end = float(window.get("measure_end", measure_start))
     if stopped_at is not None:  # (just past it, so that its last batch counts)
         measure_end = max(measure_start, min(measure_end, float(np.nextafter(float(stopped_at), math.inf))))
+    arm_start = float(window.get("arm_start", measure_start))
     measured_s = max(0.0, measure_end - measure_start)
+    warmup_s = max(0.0, measure_start - arm_start)
+    on_time_s = float(workload.get("on_time_s") or 10.0)
 
     fires = read_fires(run_dir)
-    # a null fired_at (a missed fire) reads as NaN
-    fired_at = fires.column("fired_at").to_numpy(zero_copy_only=False).astype(np.float64)
-    was_fired = ~np.isnan(fired_at) if len(fires) else np.zeros(0, bool)
-    warm = fires.column("warmup").to_numpy(zero_copy_only=False).astype(bool) if len(fires) else np.zeros(0, bool)
-    in_window = was_fired & ~warm & (np.nan_to_num(fired_at, nan=np.inf) < measure_end)
-    lag_s = fires.column("lag_s").to_numpy(zero_copy_only=False) if len(fires) else np.array([])
-    measured_lags = lag_s[in_window].astype(np.float64)
-
-    hist = new_histogram()
-    record_many(hist, np.rint(measured_lags * 1e6))
-    lag_ms = percentiles_ms(hist)
-
-    ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object) if len(fires) else np.array([], dtype=object)
-    due = fires.column("due_at").to_numpy(zero_copy_only=False) if len(fires) else np.array([])
-    effect = fires.column("effect_delivered").to_numpy(zero_copy_only=False).astype(bool) if len(fires) else np.zeros(0, bool)
-
-    n_fires = int(in_window.sum())
-    missed: int | None = int((~was_fired).sum())
-    if stopped_at is not None and not missed:
-        missed = None  # killed before it wrote its missed fires: not judged, not zero
-    duplicate_fires = duplicates(ids[was_fired], due[was_fired])
-    duplicate_effects = duplicates(ids[effect], due[effect])
+    acc = fire_accounting(fires, measure_start, measure_end, on_time_s)
+    outcomes = acc["outcomes"]
+    n_fires = acc["delivered_in_window"]
+    # killed before it wrote its undelivered fires: pending and lost are not judged, not zero
+    judged = stopped_at is None or bool(len(fires)) and fires.column("fired_at").null_count > 0
+    if not judged:  # (lag percentiles then cover the delivered fires due in the window only)
+        outcomes = {**outcomes, "due": None, "pending": None, "lost": None}
+        acc = {**acc, "lost_in_warmup": None}
 
     samples = read_samples(run_dir)
     tables = _table_figures(samples, measure_start, measure_end, n_fires)
@@ -545,47 +690,86 @@ def compute_summary(
 
     target = workload.get("rate_per_s")
     achieved = n_fires / measured_s if measured_s > 0 else None
+    offered = outcomes["due"] / measured_s if measured_s > 0 and outcomes["due"] is not None else None
+    held, not_held = rate_held(target, offered, achieved)
     claim_rate = _run_metric_mean(samples, "claims_per_s", measure_start, measure_end)
 
-    grace = window.get("grace_s")
+    triggers = load.get("periodic_triggers")
+    if triggers is None and workload.get("triggers"):
+        triggers = float(workload["triggers"]) * (1.0 - float(workload.get("long_horizon_share") or 0.0))
+    cycles = outcomes["due"] / float(triggers) if triggers and outcomes["due"] is not None else None
+    interval_max_s = load.get("interval_max_s", workload.get("interval_max_s"))
+    not_steady = []
+    if cycles is not None and cycles < STEADY_STATE_CYCLES:
+        not_steady.append(f"{cycles:.2f} cycles per trigger in the window (steady state needs >= {STEADY_STATE_CYCLES:g})")
+    if interval_max_s is not None and warmup_s < float(interval_max_s) - 1e-6:
+        not_steady.append(f"warm-up {warmup_s:.1f} s is shorter than the longest interval ({float(interval_max_s):.1f} s): "
+                          f"some triggers had not re-armed when the window opened")
+    skipped = load.get("skipped_periods_in_window")
+
+    lost = (outcomes["lost"] or 0) + (acc["lost_in_warmup"] or 0)
+    failures = []
+    if lost:
+        failures.append(f"{lost:,} fires lost (due, never delivered, no longer held by the backend)")
+    if acc["duplicate_effects"]:
+        failures.append(f"{acc['duplicate_effects']:,} duplicate keyed effects (one (timer_id, due_at) committed twice)")
+
     warnings: list[str] = []
     if not complete:
         warnings.append(f"incomplete run: {incomplete_reason or 'stopped early'}; figures cover what was recorded")
-    if target and achieved is not None and achieved < RATE_HELD_SHARE * target:
-        warnings.append(
-            f"rate not held: achieved {achieved:.1f} fires/s against a target of {target:.1f} fires/s "
-            f"({100 * achieved / target:.0f}%)"
-        )
-    if missed is None:
-        warnings.append("missed fires not judged: the run was killed before it compared what it armed with what fired")
-    elif missed:
-        warnings.append(f"{missed} missed fires (armed, due in the run, not fired within the {grace} s grace period)")
-    if duplicate_effects:
-        warnings.append(f"{duplicate_effects} duplicate effects (the same (timer_id, due_at) delivered twice)")
-    cutoff = window.get("missed_before")
-    if cutoff is not None and cutoff <= float(window.get("arm_start", measure_start)):
-        warnings.append(
-            f"missed fires not judged: the run stopped within the grace period ({grace} s, from the "
-            f"backend's max lag) of its start"
-        )
+    for f in failures:
+        warnings.append(f"FAILED: {f}")
+    if not_held:
+        text = "rate not held: " + "; ".join(not_held)
+        if skipped:
+            text += f" ({skipped:,} periods skipped: fires more than one interval late)"
+        warnings.append(text)
+    if not judged:
+        warnings.append("pending and lost fires not judged: the run was killed before it compared what it armed "
+                        "with what fired; its lag percentiles cover the delivered fires only")
+    if outcomes["pending"]:
+        warnings.append(f"{outcomes['pending']:,} fires due in the window still pending after the "
+                        f"{float(window.get('drained_s') or 0):.0f} s drain (a backlog the backend still holds)")
+    if acc["undelivered_unjudged"]:
+        warnings.append(f"lost not judged for {acc['undelivered_unjudged']:,} undelivered fires: the backend could not "
+                        f"say what it still holds (counted as pending)")
+    if acc["early"]:
+        warnings.append(f"{acc['early']:,} fires delivered before their due time (early; lag kept negative)")
+    if not_steady:
+        warnings.append("not steady state: " + "; ".join(not_steady))
     if measured_s <= 0 and complete:
         warnings.append("empty measured window")
 
     return {
         "complete": bool(complete),
         "incomplete_reason": None if complete else (incomplete_reason or "stopped early"),
+        "correct": not failures if judged or failures else None,
+        "failures": failures,
         "scheduler": cfg.get("scheduler"),
         "workload_name": workload.get("name"),
+        "cadence": workload.get("cadence", "after-poll"),
         "target_rate": target,
+        "offered_rate": offered,
         "achieved_rate": achieved,
+        "rate_held": held,
         "claim_rate": claim_rate,
         "measured_s": measured_s,
-        "warmup_s": max(0.0, measure_start - float(window.get("arm_start", measure_start))),
-        "lag_ms": lag_ms,
+        "warmup_s": warmup_s,
+        "drained_s": window.get("drained_s"),
+        "cycles_per_trigger": cycles,
+        "steady_state": None if cycles is None else not not_steady,
+        "on_time_s": on_time_s,
+        "outcomes": outcomes,
+        "lost_in_warmup": acc["lost_in_warmup"],
+        "skipped_periods": skipped,
+        "lag_ms": acc["lag_ms"],
         "fires": n_fires,
-        "missed": missed,
-        "duplicate_fires": duplicate_fires,
-        "duplicate_effects": duplicate_effects,
+        "early": acc["early"],
+        "redelivered_fires": acc["redelivered_fires"],
+        "duplicate_fires": acc["duplicate_fires"],
+        "duplicate_effects": acc["duplicate_effects"],
+        "external_effects": acc["external_effects"],
+        "duplicate_external_effects": acc["duplicate_external_effects"],
         **tables,
         **costs,
         "unavailable": unavailable,

@@ -12,15 +12,15 @@ design's. The heavier reads are slower: the Temporal endpoint is scraped every
 :data:`SCRAPE_EVERY_S` (one scrape costs the dev server ~40 ms of CPU) and at the window's edges.
 
 Run-wide (scope ``run``): ``fires_per_s`` (fires received since the last sample), ``claims_per_s``
-(timers claimed per second: the backend's ``claimed_timers`` gauge when it has one, else the
-timers delivered to the processor, redeliveries included, since every claimed timer reaches it;
-the backends' own ``claims`` gauges are not used because they count different things: timers in
-memory and pg_queue, claim statements in pg_leased), ``lag_p50_ms`` / ``lag_p99_ms`` over the
-fires of the last interval, ``wal_bytes`` (cumulative since the run started, from the WAL
-position; server-wide), ``oldest_xact_age_s`` (server-wide), ``sample_ms`` (how long the previous
-sample took, wall clock: the sampler's own cost), every ``stats()`` counter as ``backend.<name>``,
-and the engine's own gauges (``backlog``: due and not yet received, from the harness's
-bookkeeping, so no design is asked to count its queue).
+(timers claimed per second, from the ``claimed_timers`` count every backend keeps, see
+``schedulers/base.py``: re-claims after a lapsed lease count, so redelivery shows as claims above
+fires; summed over nodes with ``--nodes``), ``lag_p50_ms`` / ``lag_p99_ms`` over the fires of the
+last interval (a live view from an HDR histogram, where an early fire counts as 0 ms; the
+summary's lag is exact and counts early fires), ``wal_bytes`` (cumulative since the run started,
+from the WAL position; server-wide), ``oldest_xact_age_s`` (server-wide), ``sample_ms`` (how long
+the previous sample took, wall clock: the sampler's own cost), every ``stats()`` counter as
+``backend.<name>``, and the engine's own gauges (``backlog``: due and not yet received, from the
+harness's bookkeeping, so no design is asked to count its queue).
 
 Per relation the scheduler names, and its TOAST table (``schema.table#toast``, found through
 ``pg_class.reltoastrelid``): ``n_live_tup``, ``n_dead_tup`` and the sizes ``table_bytes`` /
@@ -70,7 +70,6 @@ SAMPLE_EVERY_S = 1.0
 SEGMENT_EVERY_SAMPLES = 5  # a samples segment closes every 5 samples: what a SIGKILL costs of them
 SCRAPE_EVERY_S = 5.0  # Temporal's metrics endpoint: ~1.9 MB and ~40 ms of its CPU per scrape
 SCRAPE_TIMEOUT_S = 10.0  # a page grows with the server's series (harness.stack.TEMPORAL_DYNAMIC_CONFIG)
-CLAIMED = "claimed_timers"  # the gauge name a backend may expose: timers claimed, cumulative
 STATS_TIMEOUT_S = 2.0  # a stats() or catalogue query slower than this skips one sample
 EDGE_TIMEOUT_S = 120.0  # CHECKPOINT and the statements read at the window's edges
 BLOAT_TIMEOUT_S = 120.0  # pgstattuple of one table at the end of the run
@@ -103,9 +102,12 @@ class Sampler:
     gauges, called with the sample time. ``every_s``: the sampling period (0: only at the
     window's edges, at the start and at the end). ``reset_statements``: reset this database's
     pg_stat_statements entries at the window's start (the embedded server only; elsewhere the
-    window is the difference of two reads)."""
+    window is the difference of two reads). ``claimed``: timers claimed so far by the workers'
+    schedulers (summed over nodes with ``--nodes``); by default the scheduler's own
+    ``claimed_timers``."""
 
-    def __init__(self, scheduler: Any, recorder: FireRecorder, dsn: str | None, run_dir: Path, *,
+    def __init__(self, scheduler: Any, recorder: FireRecorder, dsn: str | None, run_dir: Path,
+                 claimed: Callable[[], int] | None = None, *,
                  extensions: dict[str, str] | None = None, servers: Sequence[ServerWatch] = (),
                  gauges: Callable[[float], dict[str, float]] | None = None, every_s: float = SAMPLE_EVERY_S,
                  reset_statements: bool = False) -> None:
@@ -139,6 +141,8 @@ class Sampler:
         self._wal0: float | None = None
         self._last_t = self.start
         self._last_rows = recorder.rows
+        # timers claimed so far (the workers' schedulers); by default the scheduler's own count
+        self._claimed = claimed or (lambda: int(getattr(scheduler, "claimed_timers")))
         self._last_claims: float | None = None
         self._last_sample_ms = 0.0
         self._postmaster: int | None = None  # the local Postgres server's postmaster, when we can follow it
@@ -165,9 +169,7 @@ class Sampler:
 
             self._http = aiohttp.ClientSession()
             await self._scrape(baseline=True)
-        stats = await self._backend_stats()
-        if CLAIMED in stats:
-            self._last_claims = stats[CLAIMED]
+        self._last_claims = self._claims()
         self.start = self._last_t = time.time()
         self._last_rows = self.recorder.rows
 
@@ -227,6 +229,13 @@ class Sampler:
         except Exception as exc:  # a slow or failing gauge costs one sample, not the run
             self._note_error(exc)
             return {}
+
+    def _claims(self) -> float | None:
+        try:
+            return float(self._claimed())
+        except Exception as exc:  # a backend without the count (schedulers/base.py asks for it)
+            self._note_error(exc)
+            return None
 
     def _note_error(self, exc: BaseException) -> None:
         self.errors += 1
@@ -344,12 +353,10 @@ class Sampler:
         pct = percentiles_ms(rec.interval, (50.0, 99.0))
         reset(rec.interval)
         stats = await self._backend_stats()
-        if CLAIMED in stats and self._last_claims is not None:
-            self._add(t, "run", "claims_per_s", (stats[CLAIMED] - self._last_claims) / dt)
-        else:
-            self._add(t, "run", "claims_per_s", fires / dt)
-        if CLAIMED in stats:
-            self._last_claims = stats[CLAIMED]
+        claims = self._claims()
+        if claims is not None and self._last_claims is not None:
+            self._add(t, "run", "claims_per_s", (claims - self._last_claims) / dt)
+        self._last_claims = claims
         self._add(t, "run", "lag_p50_ms", math.nan if pct["p50"] is None else pct["p50"])
         self._add(t, "run", "lag_p99_ms", math.nan if pct["p99"] is None else pct["p99"])
         self._add(t, "run", "sample_ms", self._last_sample_ms)
@@ -471,22 +478,33 @@ class Sampler:
 
     async def loop(self, stop: asyncio.Event) -> None:
         """Sample every ``every_s`` until ``stop`` (never, with 0: the edges still sample); close a
-        segment every ``SEGMENT_EVERY_SAMPLES`` samples."""
+        segment every ``SEGMENT_EVERY_SAMPLES`` samples, written in the background. Awaiting the
+        write stopped the sampling: on a busy machine it took 2-7 s, a hole in every run's
+        samples. One write at a time (a segment whose turn comes while the last one is still being
+        written keeps its rows for the next turn), and the last one has finished when this
+        returns."""
         if self.every_s <= 0:
             await stop.wait()
             return
         n = 0
+        saving: asyncio.Task | None = None
         next_t = time.time() + self.every_s
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), max(0.0, next_t - time.time()))
-                break
-            except TimeoutError:
-                pass
-            next_t += self.every_s
-            if next_t < time.time():
-                next_t = time.time() + self.every_s  # fell behind: skip, do not burst
-            await self.sample()
-            n += 1
-            if n % SEGMENT_EVERY_SAMPLES == 0:
-                await self.save_async()
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), max(0.0, next_t - time.time()))
+                    break
+                except TimeoutError:
+                    pass
+                next_t += self.every_s
+                if next_t < time.time():
+                    next_t = time.time() + self.every_s  # fell behind: skip, do not burst
+                await self.sample()
+                n += 1
+                if n % SEGMENT_EVERY_SAMPLES == 0 and (saving is None or saving.done()):
+                    saving = asyncio.create_task(self.save_async())
+        finally:
+            if saving is not None:
+                (result,) = await asyncio.gather(saving, return_exceptions=True)
+                if isinstance(result, Exception):
+                    self._note_error(result)

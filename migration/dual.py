@@ -422,6 +422,10 @@ class DualWriteScheduler:
             redelivery_s=max(primary.capabilities.redelivery_s, shadow.capabilities.redelivery_s),
         )
 
+    @property
+    def claimed_timers(self) -> int:
+        return int(self.primary.claimed_timers) + int(self.shadow.claimed_timers)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def setup(self) -> None:

@@ -1,6 +1,8 @@
 """How a figure is written, for the reports and the terminal alike: one module, one marker for a
 figure that is missing or does not apply (:data:`MISSING`), and one for a figure that applies but
-could not be measured (:data:`UNAVAILABLE`, always shown with its reason)."""
+could not be measured (:data:`UNAVAILABLE`, always shown with its reason). A figure that is a word
+rather than a number (a lag percentile that is ``"not delivered"``, see :mod:`metrics.rundir`) is
+written as is."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ def num(x: Any) -> str:
     so close values stay distinct."""
     if missing(x):
         return MISSING
+    if isinstance(x, str):
+        return x
     x = float(x)
     if x == 0:
         return "0"
@@ -35,6 +39,8 @@ def num(x: Any) -> str:
 
 def fixed(x: Any, pattern: str = "{:,.0f}", none: str = MISSING) -> str:
     """``pattern.format(x)``, or ``none`` (:data:`MISSING` unless told)."""
+    if isinstance(x, str):
+        return x
     return none if missing(x) else pattern.format(x)
 
 
@@ -45,6 +51,8 @@ def pct(ratio: Any, digits: int = 1) -> str:
 
 def ms(v: Any) -> str:
     """Milliseconds, adaptive precision (``20.00 ms``, ``1,074 ms``)."""
+    if isinstance(v, str):
+        return v
     return MISSING if missing(v) else f"{num(v)} ms"
 
 
@@ -52,6 +60,8 @@ def lag(v: Any) -> str:
     """A lag in milliseconds, in seconds from ten seconds up (``412.3 ms``, ``48.9 s``)."""
     if missing(v):
         return MISSING
+    if isinstance(v, str):
+        return v
     v = float(v)
     return f"{v:,.1f} ms" if v < 10_000 else f"{v / 1000:,.1f} s"
 
@@ -90,3 +100,8 @@ def collapse(messages, known=()) -> list[str]:
             counts[line] = 0
         counts[line] += 1
     return [line if counts[line] == 1 else f"{line} ({counts[line]} times)" for line in order]
+
+
+def count(x: Any) -> str:
+    """A count with thousands separators (``12,345``)."""
+    return MISSING if missing(x) else f"{int(x):,}"

@@ -11,13 +11,13 @@ from html import escape
 from typing import Callable
 
 from reports import fmt
-from reports.costs import BLOAT_NOTE, PROCESS_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
 from reports.sweep import section_sweep_html
-from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
-                            run_checks, warning_lines)
+from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
+                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -25,6 +25,7 @@ main{max-width:1320px;margin:0 auto;padding:24px 32px 64px}
 h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:36px 0 10px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 .meta{color:#555;font-size:13px}
+.howto{max-width:980px;margin:6px 0 10px}
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0}
 th,td{border:1px solid #e1e1e1;padding:4px 9px;text-align:right;vertical-align:top}
 th{background:#f3f3f3} td.k,th.k{text-align:left;white-space:nowrap}
@@ -76,7 +77,7 @@ def section_checks(report: Report) -> str:
     if not report.runs and not report.failures:
         return '<section id="checks-section"><h2>Checks</h2><div class="warnbox">No runs to report.</div></section>'
     rows = []
-    names = ["complete", "rate held", "no missed fires", "no duplicate effects"]
+    names = ["complete", "rate held", "steady state", "no lost fires", "no duplicate keyed effects"]
     per_run = [run_checks(r) for r in report.runs]
     extra = sorted({c.name for checks in per_run for c in checks} - set(names))
     for name in names + extra:
@@ -148,16 +149,15 @@ def section_summary(report: Report) -> str:
             cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
                          f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>')
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
-    legend = ("★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value). "
-              "Ratios are each run's figure over the baseline's. — : does not apply (memory has no Postgres tables). "
-              "Lag and rates cover the measured window only; warm-up is excluded. " + SERVER_WIDE_NOTE)
     notes = t.notes()
     note_html = ""
     if notes:
         note_html = ('<div class="notes" id="unavailable"><b>not available</b>, and why:<ul>'
                      + "".join(f"<li>{escape(label)}: {escape(reason)}</li>" for label, reason in notes) + "</ul></div>")
-    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2><table id="summary">{_run_headers(report, "figure")}'
-            + "".join(rows) + f'</table><p class="meta">{escape(legend)}</p>{note_html}</section>')
+    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2>'
+            + "".join(f'<p class="howto">{escape(text)}</p>' for text in how_to_read_report(report.runs))
+            + f'<table id="summary">{_run_headers(report, "figure")}'
+            + "".join(rows) + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p>{note_html}</section>')
 
 
 def section_bloat(report: Report) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from metrics import rundir
@@ -72,19 +73,43 @@ class Run:
         return float(self.summary.get("warmup_s") or self.workload.get("warmup_s") or 0.0)
 
     @property
-    def measured_lags_ms(self) -> pd.Series:
-        """Lag of every fire received in the measured window, in milliseconds: the fires the
-        summary's lag percentiles are computed over (warm-up excluded, missed fires have no lag)."""
+    def due_fires(self) -> pd.DataFrame:
+        """One row per ``(timer_id, due_at)`` key of the whole run: its first delivery, or its
+        undelivered row, with ``due_eff`` = max(due_at, armed_at), when it became due (the
+        accounting of :func:`metrics.rundir.fire_accounting`)."""
         f = self.fires
-        if f.empty or "lag_s" not in f:
+        if f.empty or "due_at" not in f:
+            return pd.DataFrame({"timer_id": [], "due_eff": [], "fired_at": [], "lag_s": []})
+        d = f.assign(due_us=(f["due_at"] * 1e6).round().astype("int64"),
+                     due_eff=np.fmax(f["due_at"].to_numpy(), f["armed_at"].to_numpy()))
+        return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
+
+    @property
+    def measured_lags_ms(self) -> pd.Series:
+        """Lag of every fire due in the measured window, in milliseconds: the population of the
+        summary's lag percentiles (a fire never delivered is ``inf``: infinitely late)."""
+        d = self.due_fires
+        start, end = self.window.get("measure_start"), self.window.get("measure_end")
+        if d.empty or start is None or end is None:
             return pd.Series(dtype="float64")
-        sel = f["lag_s"].notna() & f["fired_at"].notna()
-        if "warmup" in f:
-            sel &= ~f["warmup"].astype(bool)
-        end = self.window.get("measure_end")
-        if end is not None:
-            sel &= f["fired_at"] < float(end)
-        return f.loc[sel, "lag_s"].astype("float64") * 1000.0
+        sel = (d["due_eff"] >= float(start)) & (d["due_eff"] < float(end))
+        lag = d.loc[sel, "lag_s"].astype("float64") * 1000.0
+        return lag.where(d.loc[sel, "fired_at"].notna(), np.inf)
+
+    def offered_per_s(self) -> pd.DataFrame:
+        """``elapsed_s, value``: fires that became due per second (the offered load), from the fire
+        log, on the samples' clock; beside the sampled achieved rate in the fire-rate figure."""
+        d = self.due_fires
+        s = self.samples
+        if d.empty or s.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        origin = float((s["t"] - s["elapsed_s"]).median())
+        second = np.floor(d["due_eff"].to_numpy() - origin)
+        second = second[(second >= 0) & np.isfinite(second)]
+        if second.size == 0:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        counts = np.bincount(second.astype(np.int64))
+        return pd.DataFrame({"elapsed_s": np.arange(len(counts)) + 1.0, "value": counts.astype(float)})
 
     def run_metric(self, metric: str) -> pd.DataFrame:
         """``elapsed_s, value`` of one run-scope metric (``fires_per_s``, ``lag_p99_ms``, ...)."""

@@ -7,11 +7,11 @@ import json
 from typing import Callable
 
 from reports import fmt
-from reports.costs import BLOAT_NOTE, PROCESS_NOTE, SERVER_WIDE_NOTE, STATEMENTS_NOTE
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.model import Report
 from reports.sweep import section_sweep_markdown
-from reports.tables import (ENVIRONMENT_ROWS, environment_differences, environment_value, migration_lag_rows,
-                            run_checks, warning_lines)
+from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
+                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
 
 
 def _cell(text: str) -> str:
@@ -83,9 +83,8 @@ def md_summary(report: Report) -> str:
                 text += f" ({c.ratio})"
             cells.append(text)
         rows.append(cells)
-    return ("## Table 1 · Summary\n\n" + _table(_headers(report, "figure"), rows)
-            + "\n\n★ best in the row among the backends (memory, the harness reference, is not ranked; nothing is marked when every run has the same value); (×r) is the ratio to the baseline; "
-              "Lag and rates cover the measured window only; warm-up is excluded. " + SERVER_WIDE_NOTE
+    return ("## Table 1 · Summary\n\n" + "".join(f"{text}\n\n" for text in how_to_read_report(report.runs))
+            + _table(_headers(report, "figure"), rows) + "\n\n" + SUMMARY_LEGEND + " (×r) is the ratio to the baseline."
             + ("\n\n**not available**, and why:\n" if report.table.notes() else "")
             + "\n".join(f"- {label}: {reason}" for label, reason in report.table.notes()))
 

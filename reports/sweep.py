@@ -55,7 +55,8 @@ def rate_rows(data: dict[str, Any]) -> list[list[str]]:
         for key, e in (b.get("rates") or {}).items():
             rows.append([name, f"{key}/s", fmt.fixed(e.get("offered"), "{:,.0f}/s"), fmt.fixed(e.get("achieved"), "{:,.0f}/s"),
                          fmt.fixed(e.get("p99_ms"), "{:,.1f} ms"),
-                         fmt.fixed(e.get("missed"), "{:,}"), fmt.fixed(e.get("writes_per_fire"), "{:.2f}"),
+                         " / ".join(fmt.fixed(e.get(k), "{:,}") for k in ("late", "pending", "lost")),
+                         fmt.fixed(e.get("writes_per_fire"), "{:.2f}"),
                          ("yes" if e.get("held") else f"no: {e.get('reason')}") + _earlier(e), str(e.get("run_dir") or fmt.MISSING)])
     return rows
 
@@ -173,7 +174,8 @@ def _html_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
 
 
 MAX_HEADER = ["backend", "max sustainable rate", "of pgbench ceiling", "p99 SLO", "stopped because", "warm-up"]
-RATE_HEADER = ["backend", "target", "offered (due in window)", "achieved", "p99 lag", "missed", "writes/fire", "held", "run directory"]
+RATE_HEADER = ["backend", "target", "offered (due in window)", "achieved", "p99 lag", "late / pending / lost", "writes/fire",
+              "held", "run directory"]
 PGBENCH_HEADER = ["batch", "table rows", "tps", "tps × batch", "re-armed rows/s"]
 
 

@@ -16,14 +16,35 @@ Crash semantics, the contract the conformance suite leans on:
 * **cancelling** the ``run`` task is a crash: the backend must not release its claims on
   cancellation (no ``finally: release()``), its heartbeats simply stop, and the timers come back
   only when the lease (or stale-claim timeout) lapses.
+
+Two counts every backend keeps, because the run's loss and throughput accounting reads them
+(``harness/session.py``), so a new backend must implement both before its runs mean anything:
+
+* ``claimed_timers`` (attribute, int): every timer this instance's run loops **took ownership
+  of**, cumulative since construction, counted when the claim commits (a row marked claimed or
+  leased, a heap entry leased, a batch activity's rows claimed by key), whether or not the timer
+  then reaches a processor. A timer claimed again after its lease lapsed, after a stale claim
+  was taken over, or by a retried activity counts again: that is how redelivery shows as claim
+  throughput above fire throughput. Timers merely armed, swept back or released are not claims.
+* ``export_armed()``: every timer the backend **still holds**, i.e. will fire without anyone
+  arming it again (scheduled, due, or claimed and in flight), with the fire time it holds it
+  at; a timer that fired and was finished or re-armed past that time is not there at that time.
+  At the end of a run the session asks it about every fire that was due and never delivered:
+  still held means *pending* (a backlog), not held means *lost* (a failing run).
+
+Two pieces every backend shares live here so that they are written once: :func:`resolve_options`
+(the unknown-option check, the defaults, conversion to each default's type and the declared
+ranges) and :class:`RunLoop` (the skeleton of ``run``: batches in flight, background tasks, and
+the two ways out above).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
 
 
 def us(t: float) -> float:
@@ -119,6 +140,7 @@ class Scheduler(Protocol):
     capabilities: Capabilities
     last_tick_at: float  # epoch s of the latest claim-loop iteration; 0.0 before run() starts.
     # Health checks read it (seeds/000: a dead tick loop behind a green API is the failure).
+    claimed_timers: int  # timers claimed by this instance's run loops, re-claims included (see above)
     default_options: dict[str, Any]
     needs_postgres: bool
     needs_temporal: bool
@@ -145,8 +167,9 @@ class Scheduler(Protocol):
         """Schema-qualified tables the metrics sampler should watch (with their TOAST)."""
 
     async def export_armed(self) -> list[Timer]:
-        """Every timer currently armed, with the fire time it will fire at (migration backfill
-        and reconcile): what the store will actually fire, not merely what it was told."""
+        """Every timer the backend still holds, at the fire time it will fire at (see above): what
+        the store will actually fire, not merely what it was told. Migration backfill and
+        reconcile copy and compare it; the run's lost-versus-pending judgement reads it."""
 
     async def disarm(self, ids: Sequence[str]) -> int:
         """Remove these timers so that they never fire; returns how many were armed. Migration
@@ -164,6 +187,7 @@ REGISTRY: dict[str, str] = {
     "pg_leased": "schedulers.pg_leased:PgLeasedScheduler",
     "pg_queue": "schedulers.pg_queue:PgQueueScheduler",
     "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
+    "temporal_per_trigger": "schedulers.temporal_per_trigger:TemporalPerTriggerScheduler",
 }
 
 
@@ -186,6 +210,79 @@ def create(name: str, ctx: StoreContext, **options: Any) -> Scheduler:
     return scheduler_class(name)(ctx, **options)
 
 
+# -- options ------------------------------------------------------------------------------
+
+_TRUE = ("true", "1", "on", "yes")
+_FALSE = ("false", "0", "off", "no")
+
+
+def convert_option(default: Any, value: Any) -> Any:
+    """``value`` as the type of ``default`` (a string is parsed as on the command line); raises
+    ``ValueError`` when it is not one. A string-typed default accepts anything (a backend may
+    take a mapping where the command line gives a string)."""
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() not in _TRUE + _FALSE:
+                raise ValueError(value)
+            return value.lower() in _TRUE
+        return bool(value)
+    if isinstance(default, int):
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Range:
+    """The accepted values of a numeric option: ``lo <= v <= hi``, or ``lo < v < hi`` when ``open``."""
+
+    lo: float | None = None
+    hi: float | None = None
+    open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if self.open:
+            return (self.lo is None or value > self.lo) and (self.hi is None or value < self.hi)
+        return (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
+
+    def __str__(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return f"in ({self.lo}, {self.hi})" if self.open else f"in [{self.lo}, {self.hi}]"
+        if self.lo is not None:
+            return f"{'>' if self.open else '>='} {self.lo}"
+        return f"{'<' if self.open else '<='} {self.hi}"
+
+
+def resolve_options(
+    scheduler: str,
+    defaults: Mapping[str, Any],
+    given: Mapping[str, Any],
+    ranges: Mapping[str, Range] | None = None,
+) -> dict[str, Any]:
+    """A backend's options: ``given`` checked against ``defaults`` (an unknown key is an error
+    naming the valid ones), merged over them, each converted to its default's type and checked
+    against its declared :class:`Range`. Every backend's ``__init__`` starts with this."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(
+            f"unknown {scheduler} option(s) {', '.join(unknown)}; choose from: {', '.join(sorted(defaults))}"
+        )
+    out: dict[str, Any] = {}
+    for key, default in defaults.items():
+        value = given.get(key, default)
+        try:
+            out[key] = convert_option(default, value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"bad value for {scheduler} option {key}: {value!r} (expected {type(default).__name__})"
+            ) from None
+    for key, accepted in (ranges or {}).items():
+        if out[key] not in accepted:
+            raise ValueError(f"{scheduler}: {key} must be {accepted}, got {out[key]}")
+    return out
+
+
 @dataclass
 class OptionSpec:
     """Parses ``--opt key=value`` strings against a scheduler's option defaults."""
@@ -201,18 +298,109 @@ class OptionSpec:
                 raise ValueError(f"bad scheduler option {pair!r}; use key=value with key one of: {valid}")
             default = self.defaults[key]
             try:
-                if isinstance(default, bool):
-                    if raw.lower() not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
-                        raise ValueError
-                    out[key] = raw.lower() in ("true", "1", "on", "yes")
-                elif isinstance(default, int):
-                    out[key] = int(raw)
-                elif isinstance(default, float):
-                    out[key] = float(raw)
-                else:
-                    out[key] = raw
+                out[key] = convert_option(default, raw)
             except ValueError:
                 raise ValueError(
                     f"bad value for scheduler option {key}: {raw!r} (expected {type(default).__name__})"
                 ) from None
         return out
+
+
+# -- the run loop ---------------------------------------------------------------------------
+
+
+async def nap(seconds: float, *events: asyncio.Event) -> None:
+    """Sleep ``seconds``, or less when one of ``events`` is set."""
+    if len(events) == 1:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(events[0].wait(), timeout=seconds)
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+class RunLoop:
+    """The skeleton of every ``run()``: batches in flight, background tasks, and the two ways out
+    of the contract at the top of this module.
+
+    ::
+
+        async with RunLoop(inflight_batches) as loop:
+            loop.keep(self._heartbeat(...))            # ends with run(), however it ends
+            while not stop.is_set():
+                if not await loop.take_slot(stop):     # all batches busy: wait; False once stopping
+                    break
+                ...claim...
+                loop.start_batch(self._process, ...)   # gives its slot back when it ends
+
+    Leaving the block normally (``stop`` was set) is a **graceful stop**: in-flight batches
+    commit before ``run`` returns. Cancelling ``run`` is a **crash**: in-flight batches are
+    cancelled and nothing is released, so claims and leases lapse on their own. An error from
+    the body propagates as it is. In every case the background tasks are cancelled; those kept
+    with ``join=True`` (a worker that must be gone before ``run`` returns) are also awaited.
+    """
+
+    def __init__(self, inflight_batches: int = 1) -> None:
+        self.slots = asyncio.Semaphore(inflight_batches)
+        self.inflight: set[asyncio.Task] = set()
+        self._keepers: list[tuple[asyncio.Task, bool]] = []
+
+    async def __aenter__(self) -> "RunLoop":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                if self.inflight:  # graceful stop: let in-flight batches commit
+                    await asyncio.gather(*self.inflight, return_exceptions=True)
+            elif issubclass(exc_type, asyncio.CancelledError):
+                self._crash()
+        except asyncio.CancelledError:  # cancelled while draining: a crash after all
+            self._crash()
+            raise
+        finally:
+            for task, _ in self._keepers:
+                task.cancel()
+            for task, join in self._keepers:
+                if join:
+                    with contextlib.suppress(BaseException):
+                        await task
+        return False
+
+    def _crash(self) -> None:
+        # In-flight batches die with their owner; their claims are left to lapse.
+        for task in self.inflight:
+            task.cancel()
+
+    def keep(self, coro: Coroutine[Any, Any, Any], join: bool = False) -> asyncio.Task:
+        """Run a background task (heartbeat, sweeper, worker) for as long as ``run`` runs."""
+        task = asyncio.create_task(coro)
+        self._keepers.append((task, join))
+        return task
+
+    async def take_slot(self, stop: asyncio.Event) -> bool:
+        """Wait for a free batch slot. False, with the slot given back, when ``stop`` was set
+        meanwhile: a loop that is stopping claims nothing more."""
+        await self.slots.acquire()
+        if stop.is_set():
+            self.slots.release()
+            return False
+        return True
+
+    def start_batch(self, process: Callable[..., Awaitable[Any]], *args: Any) -> asyncio.Task:
+        """Process one claimed batch in the slot the caller took; the slot is given back when
+        ``process(*args)`` ends, however it ends."""
+        task = asyncio.create_task(self._in_slot(process, args))
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+        return task
+
+    async def _in_slot(self, process: Callable[..., Awaitable[Any]], args: tuple) -> None:
+        try:
+            await process(*args)
+        finally:
+            self.slots.release()

@@ -1,11 +1,16 @@
-"""Postgres plumbing shared by the Postgres-backed designs: pools and schemas.
+"""Postgres plumbing shared by the Postgres-backed designs: pools and schemas, and the arm of a
+trigger row by key that both Temporal designs run.
 
-Each design keeps its own tables and queries in its folder; this module only opens connections
-and creates or drops the per-run schema (always through :mod:`psycopg.sql` identifiers).
+Each design keeps its own tables and queries in its folder; this module only opens connections,
+creates or drops the per-run schema (always through :mod:`psycopg.sql` identifiers), and runs a
+design's own named ``arm_upsert`` / ``state_insert`` statements.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -13,7 +18,8 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from schedulers.sqlfile import load_blocks
+from schedulers.base import Timer, us
+from schedulers.sqlfile import Queries, load_blocks
 
 
 async def open_pool(dsn: str, min_size: int = 1, max_size: int = 8, name: str = "timerbench") -> AsyncConnectionPool:
@@ -95,3 +101,47 @@ async def apply_storage(conn: psycopg.AsyncConnection, schema: str, tables: Sequ
 def qualified(schema: str, table: str) -> str:
     """``schema.table`` as the statistics views name it (``schemaname``, ``relname``)."""
     return f"{schema}.{table}"
+
+
+@dataclass
+class ArmedRows:
+    """What :func:`upsert_armed` wrote: one entry per distinct id, in the same order."""
+
+    timers: list[Timer]  # the last arm of each id in the call
+    fire_ats: list[float]  # their fire times (fire_at=None resolved to ``armed_at``: due now)
+    versions: list[int]  # each row's version after the arm
+    armed_at: float
+
+
+async def upsert_armed(pool: AsyncConnectionPool, q: Queries, timers: Sequence[Timer], state_bytes: int) -> ArmedRows:
+    """Arm or move trigger rows by key for the designs whose time lives in Temporal: the design's
+    ``arm_upsert`` (new fire time, version + 1) and, for ids it created, ``state_insert`` with
+    ``state_bytes`` of random (incompressible) poll state, in one transaction."""
+    now = us(time.time())
+    latest: dict[str, Timer] = {}
+    for t in timers:  # one row can take one new fire time per statement: the last wins
+        latest[t.id] = t
+    ts = list(latest.values())
+    fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cur = await conn.execute(
+                q["arm_upsert"],
+                {
+                    "ids": [t.id for t in ts],
+                    "types": [t.type for t in ts],
+                    "tenants": [t.tenant_id for t in ts],
+                    "priorities": [t.priority for t in ts],
+                    "fire_ats": fire_ats,
+                    "armed_at": now,
+                },
+            )
+            rows = await cur.fetchall()
+            new = [tid for tid, _, inserted in rows if inserted]
+            if new:
+                await conn.execute(
+                    q["state_insert"],
+                    {"ids": new, "states": [os.urandom(state_bytes) if state_bytes else None for _ in new]},
+                )
+    version = {tid: v for tid, v, _ in rows}
+    return ArmedRows(ts, fire_ats, [version[t.id] for t in ts], now)

@@ -4,14 +4,18 @@ Set ``TIMERBENCH_DSN`` / ``TIMERBENCH_TEMPORAL`` to test against existing server
 the embedded Postgres and Temporal dev server are started on first use. At the end of the
 session the embedded servers it started are stopped (whether a fixture or a ``bench`` subprocess
 started them); the ones already running when it began stay up, so a stack brought up by
-``bench env up`` or ``make run`` survives ``make test``.
+``bench env up`` or ``make run`` survives ``make test``. Sessions running at once in one checkout
+share the servers: each signs in under ``<state dir>/test-sessions/``, and only the last one out
+stops them (the first one in noted which were running before).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -28,15 +32,44 @@ def _embedded() -> dict[str, object]:
     return {"postgres": stack_mod.postgres(), "temporal": stack_mod.temporal()}
 
 
+def _sessions() -> Path:
+    """Where the test sessions using this checkout's servers sign in (one file per pid)."""
+    return stack_mod.state_dir() / "test-sessions"
+
+
+def _others() -> list[int]:
+    own = os.getpid()
+    if not _sessions().is_dir():
+        return []
+    pids = [int(p.name) for p in _sessions().iterdir() if p.name.isdigit()]
+    return [pid for pid in pids if pid != own and stack_mod.pid_alive(pid)]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # A session that stopped "its" servers while another one in the same checkout was still
+    # using them failed every test of the other from then on (seen running two suites at once).
     for name, server in _embedded().items():
         _RUNNING_AT_START[name] = server.running()
+    _sessions().mkdir(parents=True, exist_ok=True)
+    before = _sessions() / "running-before.json"
+    if not _others():  # the first one in: what was up before any test session
+        before.write_text(json.dumps(_RUNNING_AT_START))
+    (_sessions() / str(os.getpid())).touch()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    (_sessions() / str(os.getpid())).unlink(missing_ok=True)
+    if _others():
+        return  # the last session out stops the servers
+    before = _sessions() / "running-before.json"
+    try:
+        running_before = json.loads(before.read_text())
+    except (OSError, ValueError):
+        running_before = _RUNNING_AT_START
+    before.unlink(missing_ok=True)
     # Temporal first: its workers may still hold Postgres connections (stack.down's order).
     for name, server in reversed(list(_embedded().items())):
-        if not _RUNNING_AT_START.get(name, True):
+        if not running_before.get(name, True):
             server.stop()  # a no-op when nothing runs; also ends a server that never got ready
 
 

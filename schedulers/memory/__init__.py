@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from schedulers.base import Capabilities, Fire, Processor, StoreContext, Timer, us
+from schedulers.base import Capabilities, Fire, Processor, RunLoop, StoreContext, Timer, nap, resolve_options, us
 
 
 @dataclass(slots=True)
@@ -51,11 +51,11 @@ class MemoryScheduler:
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        self.tick_s = float(self.options["tick_s"])
-        self.batch = int(self.options["batch"])
-        self.lease_s = float(self.options["lease_s"])
-        self.inflight_batches = int(self.options["inflight_batches"])
+        self.options = resolve_options(self.name, self.default_options, options)
+        self.tick_s = self.options["tick_s"]
+        self.batch = self.options["batch"]
+        self.lease_s = self.options["lease_s"]
+        self.inflight_batches = self.options["inflight_batches"]
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + 0.5,
             per_tenant_fairness=False,
@@ -69,7 +69,7 @@ class MemoryScheduler:
         self._wake = asyncio.Event()
         self._effects: set[tuple[str, float]] = set()
         self._held: dict[str, set[str]] = {}  # owner -> ids it holds, for heartbeats
-        self.claims = 0
+        self.claimed_timers = 0  # schedulers.base: every lease taken, re-claims included
         self.last_tick_at = 0.0
         self.fires = 0
         self.recovered = 0
@@ -124,7 +124,7 @@ class MemoryScheduler:
         return {
             "armed": float(len(self._entries)),
             "in_flight": float(sum(1 for e in self._entries.values() if e.owner)),
-            "claims": float(self.claims),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "recovered_leases": float(self.recovered),
         }
@@ -162,18 +162,16 @@ class MemoryScheduler:
             out.append(
                 (Fire(tid, t.tenant_id, t.type, fire_at, e.armed_at, e.attempt, owner, batch_no, e.state, t.priority), version)
             )
-        self.claims += len(out)
+        self.claimed_timers += len(out)
         return out
 
     async def run(
         self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
     ) -> None:
         owner = worker_id or f"mem-{os.getpid()}-{id(stop):x}"
-        inflight: set[asyncio.Task] = set()
-        slots = asyncio.Semaphore(self.inflight_batches)
         batch_no = 0
-        heartbeat = asyncio.create_task(self._heartbeat(owner, stop))
-        try:
+        async with RunLoop(self.inflight_batches) as loop:
+            loop.keep(self._heartbeat(owner, stop))
             while not stop.is_set():
                 now = time.time()
                 self.last_tick_at = now
@@ -181,28 +179,14 @@ class MemoryScheduler:
                 claimed = self._claim(now, owner, batch_no)
                 if claimed:
                     batch_no += 1
-                    await slots.acquire()
-                    task = asyncio.create_task(self._process(processors, claimed, owner, slots))
-                    inflight.add(task)
-                    task.add_done_callback(inflight.discard)
+                    await loop.slots.acquire()
+                    loop.start_batch(self._process, processors, claimed, owner)
                     continue
                 wait = self.tick_s
                 if self._due:
                     wait = min(wait, max(0.0, self._due[0][0] - now))
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
-                except TimeoutError:
-                    pass
-            if inflight:  # graceful stop: let in-flight batches commit
-                await asyncio.gather(*inflight, return_exceptions=True)
-        except asyncio.CancelledError:
-            # A crash: in-flight batches die with their owner, their leases are left to lapse.
-            for task in inflight:
-                task.cancel()
-            raise
-        finally:
-            heartbeat.cancel()
+                await nap(wait, self._wake)
 
     async def _heartbeat(self, owner: str, stop: asyncio.Event) -> None:
         interval = self.lease_s / 3
@@ -220,18 +204,14 @@ class MemoryScheduler:
         processors: Mapping[str, Processor],
         claimed: list[tuple[Fire, int]],
         owner: str,
-        slots: asyncio.Semaphore,
     ) -> None:
-        try:
-            by_type: dict[str, list[tuple[Fire, int]]] = {}
-            for item in claimed:
-                by_type.setdefault(item[0].type, []).append(item)
-            for type_, items in by_type.items():
-                fires = [f for f, _ in items]
-                outcomes = await processors[type_].process(fires)
-                self._commit(items, outcomes, owner, processors[type_])
-        finally:
-            slots.release()
+        by_type: dict[str, list[tuple[Fire, int]]] = {}
+        for item in claimed:
+            by_type.setdefault(item[0].type, []).append(item)
+        for type_, items in by_type.items():
+            fires = [f for f, _ in items]
+            outcomes = await processors[type_].process(fires)
+            self._commit(items, outcomes, owner, processors[type_])
 
     def _commit(self, items: list[tuple[Fire, int]], outcomes: Sequence, owner: str, processor: Processor) -> None:
         now = time.time()

@@ -71,7 +71,19 @@ from typing import Any, Mapping, Sequence
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
+from schedulers.base import (
+    Capabilities,
+    Fire,
+    Outcome,
+    Processor,
+    Range,
+    RunLoop,
+    StoreContext,
+    Timer,
+    nap,
+    resolve_options,
+    us,
+)
 from schedulers.pg import apply_storage, drop_schema, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries, load_blocks
 
@@ -151,7 +163,7 @@ class PgLeasedScheduler:
         # skip the state write when the poll did not change it.
         "skip_unchanged_state": True,
         # keep the poll state inside the heap row (toast_tuple_target 8160) instead of TOAST.
-        # Measured (tests/pg_leased/measure_knobs.py, 4096-byte state): 2.6 instead of 4.4
+        # Measured (scripts/measure_pg_leased_knobs.py, 4096-byte state): 2.6 instead of 4.4
         # tuple writes per fire, same row bytes, no TOAST churn, fewer dead tuples. The price
         # is the state table's HOT ratio: two versions of a 4 kB row do not fit in one 8 kB
         # page, so each state change is a non-HOT update with one PK index entry (TOAST's is
@@ -171,36 +183,36 @@ class PgLeasedScheduler:
         "sweep_s": 0.25,
         "batch": 50,
         "max_per_tenant": 10,
+        # One claim statement in flight per loop: fairness is a promise about what one claim
+        # takes. With three, a claim that skips the rows another one locked hands over only
+        # the big tenant's rows, and may finish first.
+        "claimers": 1,
     }
     needs_postgres = True
     needs_temporal = False
+    option_ranges: dict[str, Range] = {
+        "batch": Range(lo=1),
+        "max_per_tenant": Range(lo=1),
+        "tenant_scan": Range(lo=1),
+        "heartbeat_fraction": Range(0, 1, open=True),
+    }
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown {self.name} option(s) {sorted(unknown)}; valid: {', '.join(sorted(self.default_options))}"
-            )
+        self.options = o = resolve_options(self.name, self.default_options, options, self.option_ranges)
         if not ctx.dsn:
             raise ValueError(f"{self.name} needs a Postgres DSN (StoreContext.dsn is empty)")
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        o = self.options
-        self.tick_s = float(o["tick_s"])
-        self.batch = int(o["batch"])
-        self.max_per_tenant = int(o["max_per_tenant"])
-        self.tenant_scan = int(o["tenant_scan"])
-        self.lease_s = float(o["lease_s"])
-        self.heartbeat_s = self.lease_s * float(o["heartbeat_fraction"])
-        self.sweep_s = float(o["sweep_s"])
-        self.inflight_batches = int(o["inflight_batches"])
-        self.claimers = max(1, int(o["claimers"]))
-        self.split_state = bool(o["split_state"])
-        self.skip_unchanged_state = bool(o["skip_unchanged_state"])
-        if self.batch < 1 or self.max_per_tenant < 1 or self.tenant_scan < 1:
-            raise ValueError(f"{self.name}: batch, max_per_tenant and tenant_scan must be >= 1")
-        if not 0 < float(o["heartbeat_fraction"]) < 1:
-            raise ValueError(f"{self.name}: heartbeat_fraction must be in (0, 1), got {o['heartbeat_fraction']}")
+        self.tick_s = o["tick_s"]
+        self.batch = o["batch"]
+        self.max_per_tenant = o["max_per_tenant"]
+        self.tenant_scan = o["tenant_scan"]
+        self.lease_s = o["lease_s"]
+        self.heartbeat_s = self.lease_s * o["heartbeat_fraction"]
+        self.sweep_s = o["sweep_s"]
+        self.inflight_batches = o["inflight_batches"]
+        self.claimers = max(1, o["claimers"])
+        self.split_state = o["split_state"]
+        self.skip_unchanged_state = o["skip_unchanged_state"]
         self.capabilities = Capabilities(
             # A due row waits at most one tick for the next claim; the rest is claim, state
             # fetch and queueing behind in-flight batches in normal (not overloaded) operation.
@@ -214,7 +226,7 @@ class PgLeasedScheduler:
         self._wake = asyncio.Event()
         self.claim_statements = 0  # claim statements run, empty ones included
         self.claims = 0  # claim statements that returned rows
-        self.claimed = 0  # rows claimed
+        self.claimed_timers = 0  # schedulers.base: rows claimed, re-claims after a lapsed lease included
         self.fires = 0  # rows committed (re-armed or finished)
         self.lost = 0  # rows whose commit found them moved or taken (no re-arm)
         self.recovered = 0  # rows the sweeper returned from a silent owner
@@ -227,15 +239,15 @@ class PgLeasedScheduler:
     async def _pool_(self) -> AsyncConnectionPool:
         if self._pool is None:
             self._pool = await open_pool(
-                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name=f"{self.name}-{self.ctx.schema}"
+                self.ctx.dsn, min_size=1, max_size=self.options["pool_size"], name=f"{self.name}-{self.ctx.schema}"
             )
         return self._pool
 
     def _schema_params(self) -> dict[str, Any]:
         o = self.options
         return {
-            "fillfactor_pct": int(o["fillfactor_pct"]),
-            "state_fillfactor_pct": int(o["state_fillfactor_pct"]),
+            "fillfactor_pct": o["fillfactor_pct"],
+            "state_fillfactor_pct": o["state_fillfactor_pct"],
             "toast_tuple_target": TOAST_TUPLE_TARGET_MAX if o["inline_state"] else TOAST_TUPLE_TARGET_DEFAULT,
         }
 
@@ -332,7 +344,7 @@ class PgLeasedScheduler:
         return {
             "claim_statements": float(self.claim_statements),
             "claims": float(self.claims),
-            "claimed": float(self.claimed),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "lost_commits": float(self.lost),
             "recovered_leases": float(self.recovered),
@@ -347,23 +359,15 @@ class PgLeasedScheduler:
     ) -> None:
         owner = worker_id or f"pgl-{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         held: Counter[str] = Counter()  # rows this loop holds under lease, for the heartbeat
-        inflight: set[asyncio.Task] = set()
-        slots = asyncio.Semaphore(self.inflight_batches)
-        keepers = [
-            asyncio.create_task(self._heartbeat_loop(owner, held)),
-            asyncio.create_task(self._sweep_loop()),
-        ]
         batch_no = 0
 
         statements = itertools.cycle(self._claim_statements())  # the claim loops take them in turn
 
-        async def claim_loop() -> None:
+        async def claim_loop(loop: RunLoop) -> None:
             nonlocal batch_no
             while not stop.is_set():
                 self.last_tick_at = time.time()
-                await slots.acquire()  # claim only what this loop can start processing now
-                if stop.is_set():
-                    slots.release()
+                if not await loop.take_slot(stop):  # claim only what this loop can start processing now
                     break
                 number = batch_no  # taken before the await: the other claimers share the counter
                 batch_no += 1
@@ -371,35 +375,27 @@ class PgLeasedScheduler:
                     claimed = await self._claim(next(statements), owner, number)
                     self.last_tick_at = time.time()
                 except Exception:
-                    slots.release()
+                    loop.slots.release()
                     log.exception("%s %s: claim failed; retrying after a tick", self.name, owner)
                     await self._nap(stop)
                     continue
                 if not claimed:
-                    slots.release()
+                    loop.slots.release()
                     await self._nap(stop)
                     continue
                 held.update(c.fire.timer_id for c in claimed)  # Counter: +1 each
-                task = asyncio.create_task(self._process(processors, claimed, owner, held, slots))
-                inflight.add(task)
-                task.add_done_callback(inflight.discard)
+                loop.start_batch(self._process, processors, claimed, owner, held)
                 if not self._maybe_more(claimed):
                     await self._nap(stop)
 
-        try:
+        # Cancelling is a crash (RunLoop): in-flight batches die uncommitted, heartbeats stop,
+        # and their leases are left to lapse.
+        async with RunLoop(self.inflight_batches) as loop:
+            loop.keep(self._heartbeat_loop(owner, held))
+            loop.keep(self._sweep_loop())
             # Several claim statements in flight (SKIP LOCKED keeps them disjoint): one at a time
             # caps a loop at claims/s x batch, and under a backlog a claim takes tens of ms.
-            await asyncio.gather(*(claim_loop() for _ in range(self.claimers)))
-            if inflight:  # graceful stop: let in-flight batches commit
-                await asyncio.gather(*inflight, return_exceptions=True)
-        except asyncio.CancelledError:
-            # A crash: in-flight batches die uncommitted and their leases are left to lapse.
-            for task in inflight:
-                task.cancel()
-            raise
-        finally:
-            for k in keepers:
-                k.cancel()
+            await asyncio.gather(*(claim_loop(loop) for _ in range(self.claimers)))
 
     def _claim_statements(self) -> list[sql.Composed]:
         """The claim statements the claim loops take in turn: ``claim_due`` on the one schedule
@@ -421,12 +417,7 @@ class PgLeasedScheduler:
     async def _nap(self, stop: asyncio.Event) -> None:
         """Sleep one tick, or less when this instance arms something or stop is set."""
         self._wake.clear()
-        waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waits, timeout=self.tick_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        await nap(self.tick_s, self._wake, stop)
 
     async def _claim(self, statement: sql.Composed, owner: str, batch_no: int) -> list[_Claimed]:
         """Run one claim statement (``claim_due`` rendered for the table it claims from)."""
@@ -450,7 +441,7 @@ class PgLeasedScheduler:
             out.append(_Claimed(fire, version, due))
         if out:
             self.claims += 1
-            self.claimed += len(out)
+            self.claimed_timers += len(out)
         return out
 
     async def _fetch_states(self, ids: list[str]) -> dict[str, bytes]:
@@ -466,7 +457,6 @@ class PgLeasedScheduler:
         claimed: list[_Claimed],
         owner: str,
         held: Counter[str],
-        slots: asyncio.Semaphore,
     ) -> None:
         pending = {id(c): c for c in claimed}  # claims this batch still holds
 
@@ -500,8 +490,6 @@ class PgLeasedScheduler:
             # The rows stay leased until they lapse; the sweeper then hands them out again.
             log.exception("%s %s: batch failed; its rows come back after the lease", self.name, owner)
             release(list(pending.values()))
-        finally:
-            slots.release()
 
     async def _commit(self, items: list[_Claimed], outcomes: Sequence[Outcome], owner: str) -> dict[str, bool]:
         """Commit one batch in one statement; returns timer id -> effect newly recorded."""

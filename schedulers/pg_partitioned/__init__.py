@@ -45,7 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from schedulers.base import StoreContext
+from schedulers.base import Range, StoreContext
 from schedulers.pg import qualified
 from schedulers.pg_leased import QUERIES_SQL as PG_LEASED_QUERIES_SQL
 from schedulers.pg_leased import PgLeasedScheduler
@@ -74,12 +74,11 @@ class PgPartitionedScheduler(PgLeasedScheduler):
         # reaches its table, so lag grows with it (MEASUREMENTS.md).
         "partitions": 8,
     }
+    option_ranges: dict[str, Range] = {**PgLeasedScheduler.option_ranges, "partitions": Range(lo=1)}
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
         super().__init__(ctx, **options)
-        self.partitions = int(self.options["partitions"])
-        if self.partitions < 1:
-            raise ValueError(f"{self.name}: partitions must be >= 1, got {self.options['partitions']}")
+        self.partitions = self.options["partitions"]
         # A due row waits for the claims to come round to its partition, up to N claims, where
         # pg_leased's next claim serves it. In normal operation a claim comes at least once a
         # tick: idle, `claimers` a tick; busy, as fast as batches free their slots (~16 a second

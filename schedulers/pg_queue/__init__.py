@@ -80,7 +80,18 @@ from typing import Any, Mapping, Sequence
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from schedulers.base import Capabilities, Fire, Outcome, Processor, StoreContext, Timer, us
+from schedulers.base import (
+    Capabilities,
+    Fire,
+    Outcome,
+    Processor,
+    RunLoop,
+    StoreContext,
+    Timer,
+    nap,
+    resolve_options,
+    us,
+)
 from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries
 
@@ -120,20 +131,14 @@ class PgQueueScheduler:
     needs_temporal = False
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown pg_queue option(s) {', '.join(sorted(unknown))}; "
-                f"choose from: {', '.join(sorted(self.default_options))}"
-            )
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        self.tick_s = float(self.options["tick_s"])
-        self.batch = int(self.options["batch"])
-        self.stale_claim_s = float(self.options["stale_claim_s"])
-        self.inflight_batches = int(self.options["inflight_batches"])
-        self.batch_time_s = float(self.options["batch_time_s"])
-        self.pool_size = int(self.options["pool_size"])
+        self.options = o = resolve_options(self.name, self.default_options, options)
+        self.tick_s = o["tick_s"]
+        self.batch = o["batch"]
+        self.stale_claim_s = o["stale_claim_s"]
+        self.inflight_batches = o["inflight_batches"]
+        self.batch_time_s = o["batch_time_s"]
+        self.pool_size = o["pool_size"]
         self.capabilities = Capabilities(
             max_lag_s=self.tick_s + self.batch_time_s,
             per_tenant_fairness=False,
@@ -144,7 +149,7 @@ class PgQueueScheduler:
         self._pool: AsyncConnectionPool | None = None
         self._pool_lock = asyncio.Lock()
         self.last_tick_at = 0.0  # epoch s of the latest claim (health checks); 0.0 before run()
-        self.claims = 0
+        self.claimed_timers = 0  # schedulers.base: rows claimed, stale claims taken over included
         self.fires = 0
         self.ticks = 0
         self.fenced = 0  # fires whose row was moved or taken over while in flight
@@ -231,7 +236,7 @@ class PgQueueScheduler:
         """In-process counters only: the queue's depth is the engine's to count (the sampler's
         ``backlog``), and counting it here would scan the table the run measures."""
         return {
-            "claims": float(self.claims),
+            "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "ticks": float(self.ticks),
             "fenced": float(self.fenced),
@@ -246,15 +251,13 @@ class PgQueueScheduler:
     ) -> None:
         owner = worker_id or f"pgq-{os.getpid()}-{id(stop):x}"
         pool = await self._get_pool()
-        inflight: set[asyncio.Task] = set()
-        slots = asyncio.Semaphore(self.inflight_batches)
         batch_no = 0
-        try:
+        # Cancelling is a crash (RunLoop): in-flight batches die with their owner and their
+        # claims are NOT released; they come back when the stale-claim timeout lapses.
+        async with RunLoop(self.inflight_batches) as loop:
             while not stop.is_set():
                 started = time.monotonic()
-                await slots.acquire()  # all batches busy: this tick waits (no overlap beyond the limit)
-                if stop.is_set():
-                    slots.release()
+                if not await loop.take_slot(stop):  # all batches busy: this tick waits (no overlap beyond the limit)
                     break
                 try:
                     fires, claimed_at = await self._claim(pool, owner, batch_no)
@@ -262,42 +265,26 @@ class PgQueueScheduler:
                     # The server went away (a restart, a failover): the claim's statement either
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
-                    slots.release()
+                    loop.slots.release()
                     self.claim_errors += 1
                     self.last_error = exc
-                    try:
-                        await asyncio.wait_for(stop.wait(), timeout=self.tick_s)
-                    except TimeoutError:
-                        pass
+                    await nap(self.tick_s, stop)
                     continue
                 except BaseException:
-                    slots.release()
+                    loop.slots.release()
                     raise
                 self.ticks += 1
                 self.last_tick_at = time.time()
                 if fires:
                     batch_no += 1
-                    task = asyncio.create_task(self._process(pool, processors, fires, claimed_at, owner, slots))
-                    inflight.add(task)
-                    task.add_done_callback(inflight.discard)
+                    task = loop.start_batch(self._process, pool, processors, fires, claimed_at, owner)
                     task.add_done_callback(self._note_error)
                 else:
-                    slots.release()
+                    loop.slots.release()
                 # One claim per tick, as the seed's scheduler: sleep out the rest of the tick.
                 wait_s = self.tick_s - (time.monotonic() - started)
                 if wait_s > 0:
-                    try:
-                        await asyncio.wait_for(stop.wait(), timeout=wait_s)
-                    except TimeoutError:
-                        pass
-            if inflight:  # graceful stop: in-flight batches commit
-                await asyncio.gather(*inflight, return_exceptions=True)
-        except asyncio.CancelledError:
-            # A crash: in-flight batches die with their owner. Claims are NOT released; they come
-            # back when the stale-claim timeout lapses.
-            for task in inflight:
-                task.cancel()
-            raise
+                    await nap(wait_s, stop)
 
     def _note_error(self, task: asyncio.Task) -> None:
         # A batch that failed keeps its claims until the stale-claim timeout (a first version
@@ -320,7 +307,7 @@ class PgQueueScheduler:
             Fire(id_, tenant, type_, due_at, armed_at, attempts, owner, batch_no, state, prio)
             for id_, tenant, type_, prio, due_at, armed_at, attempts, state, _ in rows
         ]
-        self.claims += len(fires)
+        self.claimed_timers += len(fires)
         return fires, claimed_at
 
     async def _process(
@@ -330,23 +317,19 @@ class PgQueueScheduler:
         fires: list[Fire],
         claimed_at: Any,
         owner: str,
-        slots: asyncio.Semaphore,
     ) -> None:
-        try:
-            by_type: dict[str, list[Fire]] = {}
-            for f in fires:
-                by_type.setdefault(f.type, []).append(f)
-            for type_, group in by_type.items():
-                processor = processors[type_]
-                outcomes = list(await processor.process(group))
-                if len(outcomes) != len(group):
-                    raise ValueError(
-                        f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires"
-                    )
-                delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
-                processor.committed(group, delivered)
-        finally:
-            slots.release()
+        by_type: dict[str, list[Fire]] = {}
+        for f in fires:
+            by_type.setdefault(f.type, []).append(f)
+        for type_, group in by_type.items():
+            processor = processors[type_]
+            outcomes = list(await processor.process(group))
+            if len(outcomes) != len(group):
+                raise ValueError(
+                    f"processor for type {type_!r} returned {len(outcomes)} outcomes for {len(group)} fires"
+                )
+            delivered = await self._commit(pool, group, outcomes, claimed_at, owner)
+            processor.committed(group, delivered)
 
     async def _commit(
         self,

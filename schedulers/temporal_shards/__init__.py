@@ -42,8 +42,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from schedulers.base import Capabilities, Processor, StoreContext, Timer, us
-from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options
+from schedulers.base import Capabilities, Processor, RunLoop, StoreContext, Timer, resolve_options, us
+from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
@@ -128,40 +128,34 @@ class TemporalShardsScheduler:
     needs_temporal = True
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
-        unknown = set(options) - set(self.default_options)
-        if unknown:
-            raise ValueError(
-                f"unknown temporal_shards option(s) {sorted(unknown)}; accepted: {', '.join(sorted(self.default_options))}"
-            )
         self.ctx = ctx
-        self.options = {**self.default_options, **options}
-        o = self.options
+        self.options = o = resolve_options(self.name, self.default_options, options)
         self.per_type = parse_types(o["types"])
-        self.lease_s = float(o["lease_s"])
-        self.eps = float(o["eps"])
-        self.ring_refresh_s = float(o["ring_refresh_s"])
+        self.lease_s = o["lease_s"]
+        self.eps = o["eps"]
+        self.ring_refresh_s = o["ring_refresh_s"]
         # Workflow ids and the task queue carry the schema, so concurrent runs never meet.
         self.prefix = "tb-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.schema)
         self.task_queue = self.prefix
         self.shard_config = ShardConfig(
             prefix=self.prefix,
             task_queue=self.task_queue,
-            batch=int(o["batch"]),
-            max_lag_s=float(o["max_lag_s"]),
+            batch=o["batch"],
+            max_lag_s=o["max_lag_s"],
             per_type=self.per_type,
-            timer_cap=int(o["timer_cap"]),
-            history_bound=int(o["history_bound"]),
-            util_report_s=float(o["util_report_s"]),
-            forward_horizon_s=float(o["forward_horizon_s"]),
+            timer_cap=o["timer_cap"],
+            history_bound=o["history_bound"],
+            util_report_s=o["util_report_s"],
+            forward_horizon_s=o["forward_horizon_s"],
             lease_s=self.lease_s,
-            retry_initial_s=float(o["retry_initial_s"]),
+            retry_initial_s=o["retry_initial_s"],
         )
-        max_lag = max([float(o["max_lag_s"])] + [v[1] for v in self.per_type.values()])
+        max_lag = max([o["max_lag_s"]] + [v[1] for v in self.per_type.values()])
         self.capabilities = Capabilities(
-            max_lag_s=max_lag + float(o["poll_overhead_s"]),
+            max_lag_s=max_lag + o["poll_overhead_s"],
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
-            redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
             cancel=False,  # seeds/003: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
@@ -170,6 +164,9 @@ class TemporalShardsScheduler:
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs
+        # schedulers.base: rows the batch activities of this instance's workers claimed by key,
+        # counted again when a retried activity (after a crash or a lapsed lease) takes them over
+        self.claimed_timers = 0
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
@@ -185,7 +182,7 @@ class TemporalShardsScheduler:
             async with self.pool.connection() as conn:
                 await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
                 await apply_storage(conn, self.ctx.schema, STORAGE_TABLES, self.options)
-                await conn.execute(self.q["ring_init"], {"shards": int(self.options["shards"])})
+                await conn.execute(self.q["ring_init"], {"shards": self.options["shards"]})
 
     async def _connect(self) -> None:
         """The pool and the Temporal client, without touching the schema: enough to read, arm
@@ -325,36 +322,10 @@ class TemporalShardsScheduler:
             return
         if self.pool is None or self.client is None:
             await self._connect()
-        now = us(time.time())
-        latest: dict[str, Timer] = {}
-        for t in timers:  # one row can take one new fire time per statement: the last wins
-            latest[t.id] = t
-        ts = list(latest.values())
-        fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
-        async with self.pool.connection() as conn:
-            async with conn.transaction():
-                cur = await conn.execute(
-                    self.q["arm_upsert"],
-                    {
-                        "ids": [t.id for t in ts],
-                        "types": [t.type for t in ts],
-                        "tenants": [t.tenant_id for t in ts],
-                        "priorities": [t.priority for t in ts],
-                        "fire_ats": fire_ats,
-                        "armed_at": now,
-                    },
-                )
-                rows = await cur.fetchall()
-                new = [tid for tid, _, inserted in rows if inserted]
-                if new:
-                    size = self.ctx.state_bytes
-                    await conn.execute(
-                        self.q["state_insert"],
-                        {"ids": new, "states": [os.urandom(size) if size else None for _ in new]},
-                    )
-        version = {tid: v for tid, v, _ in rows}
+        armed = await upsert_armed(self.pool, self.q, timers, self.ctx.state_bytes)
         entries = [
-            [t.id, f, version[t.id], now, t.type, t.tenant_id, t.priority] for t, f in zip(ts, fire_ats)
+            [t.id, f, v, armed.armed_at, t.type, t.tenant_id, t.priority]
+            for t, f, v in zip(armed.timers, armed.fire_ats, armed.versions)
         ]
         await self.send(entries, key=uuid.uuid4().hex)
 
@@ -381,12 +352,14 @@ class TemporalShardsScheduler:
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
             ),
             identity=worker_id,
-            max_concurrent_activities=int(self.options["max_concurrent_activities"]),
-            sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
+            max_concurrent_activities=self.options["max_concurrent_activities"],
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.options["sticky_timeout_s"]),
             graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
         )
-        worker_task = asyncio.create_task(worker.run())
-        try:
+        # Cancelling is a crash (RunLoop): the worker goes away mid-batch (awaited, so it is gone
+        # when run() ends) and claims are not released.
+        async with RunLoop() as loop:
+            worker_task = loop.keep(worker.run(), join=True)
             if self.options["controller"]:
                 await self._ensure_controller()
             stop_task = asyncio.create_task(stop.wait())
@@ -407,28 +380,24 @@ class TemporalShardsScheduler:
                 return
             # Graceful stop: take no new batch, let in-flight ones commit, then shut down.
             stopping.set()
-            deadline = time.time() + float(self.options["drain_s"])
+            deadline = time.time() + self.options["drain_s"]
             while acts.in_flight and time.time() < deadline:
                 await asyncio.sleep(0.05)
             await worker.shutdown()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker_task
-        except asyncio.CancelledError:
-            # A crash: the worker goes away mid-batch; claims are not released.
-            worker_task.cancel()
-            with contextlib.suppress(BaseException):
-                await worker_task
-            raise
 
     async def _ensure_controller(self) -> None:
         o = self.options
         await self.client.start_workflow(
             CONTROLLER_WORKFLOW,
             ControllerInput(
-                period_s=float(o["controller_period_s"]),
-                timer_cap=int(o["timer_cap"]),
-                grow_above=float(o["grow_above"]),
-                grow_target=float(o["grow_target"]),
+                period_s=o["controller_period_s"],
+                timer_cap=o["timer_cap"],
+                grow_above=o["grow_above"],
+                grow_target=o["grow_target"],
+                # a forward needs a ring refresh, then both shards' next reports
+                settle_s=o["ring_refresh_s"] + 2 * o["util_report_s"],
             ),
             id=f"{self.prefix}-controller",
             task_queue=self.task_queue,
@@ -441,10 +410,10 @@ class TemporalShardsScheduler:
         """From what this process already knows, without a query: the shard count and timers per
         shard of its latest ring view (refreshed by its own placements every ``ring_refresh_s``)
         and its in-process counters. :meth:`shard_report` reads the shards' reports afresh."""
-        out: dict[str, float] = {}
+        out: dict[str, float] = {"claimed_timers": float(self.claimed_timers)}
         if self._view is not None:
             ring, loads, read_at = self._view
-            cap = int(self.options["timer_cap"])
+            cap = self.options["timer_cap"]
             out.update(shards=float(ring.n_shards), timers=float(sum(loads)),
                        utilisation=sum(loads) / (ring.n_shards * cap),
                        max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
@@ -458,7 +427,8 @@ class TemporalShardsScheduler:
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()
-        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows)}
+        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows),
+                                 "claimed_timers": float(self.claimed_timers)}
         timers = [0] * n
         cans = 0
         max_can = 0
@@ -470,7 +440,7 @@ class TemporalShardsScheduler:
             cans += can
             max_can = max(max_can, max_can_h)
         total = sum(timers)
-        cap = int(self.options["timer_cap"])
+        cap = self.options["timer_cap"]
         out["timers"] = float(total)
         out["utilisation"] = total / (n * cap)
         out["max_shard_utilisation"] = max(timers) / cap if timers else 0.0

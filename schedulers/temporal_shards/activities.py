@@ -113,6 +113,7 @@ class ShardActivities:
                     else:
                         rearms.append([tid, us(fire_at), version, us(armed_at), type_, tenant, prio])
         self.batch_no += 1
+        self.s.claimed_timers += len(rows)
         fires = [
             Fire(tid, tenant, type_, us(due_at), us(armed_at), attempt, self.worker_id, self.batch_no, state, prio)
             for tid, tenant, type_, prio, attempt, due_at, armed_at, state in rows
@@ -228,6 +229,9 @@ class ShardActivities:
         q = self.s.q
         async with self.s.pool.connection() as conn:
             n = (await (await conn.execute(q["ring_read"])).fetchone())[0]
+            settle = (await (await conn.execute(q["ring_settle"], {"settle_s": inp.settle_s})).fetchone())[0]
+            if settle and settle > 0:
+                return {"shards": n, "utilisation": None, "grown": False, "settling_s": settle}
             rows = await (await conn.execute(q["util_read"])).fetchall()
             total = sum(r[1] for r in rows if r[0] < n)
             avg = total / (n * inp.timer_cap)

@@ -7,6 +7,11 @@ INSERT INTO {schema}.ring (shard_count) VALUES (%(shards)s) ON CONFLICT (singlet
 -- name: ring_read
 SELECT shard_count, grows FROM {schema}.ring;
 
+-- name: ring_settle
+-- Seconds until the last grow has settled (0 when it has, or when the ring never grew).
+SELECT greatest(0, extract(epoch FROM grown_at + make_interval(secs => %(settle_s)s) - now()))::float8
+FROM {schema}.ring;
+
 -- name: ring_grow
 -- Grow only (never shrink): timers may already live on the higher shards.
 UPDATE {schema}.ring SET shard_count = %(shards)s, grows = grows + 1, grown_at = now()

@@ -104,6 +104,10 @@ class ControllerInput:
     grow_above: float  # seeds/003: 80 % average utilisation
     grow_target: float  # seeds/003: target 60 %
     ticks: int = 0
+    # After a grow, wait this long before growing again: overloaded shards forward timers to the
+    # new shards, and until both sides have reported since, the sum of reports counts a moving
+    # timer twice (on the sender and the receiver) and would overshoot the target.
+    settle_s: float = 0.0
 
 
 @workflow.defn(name=SHARD_WORKFLOW)

@@ -1,9 +1,11 @@
 """The promises of DESIGN.md, written against the Scheduler interface only.
 
-Each ``check_*`` takes a factory that makes a fresh scheduler on a fresh store and raises
-``AssertionError`` when the promise is broken. ``test_promises.py`` runs them against every
-registered scheduler; ``test_suite_catches_broken.py`` shows they fail on broken ones. Nothing
-here may ask which backend it is talking to: capabilities are the only switch.
+Each check takes a factory that makes a fresh, set-up scheduler and raises ``AssertionError``
+when the promise is broken. ``@promise`` registers it, naming the capability a backend must
+declare for it to apply (``requires``); ``test_promises.py`` runs every registered check against
+every registered scheduler, and ``test_suite_catches_broken.py`` shows they fail on broken ones.
+Nothing here may ask which backend it is talking to: capabilities are the only switch. The
+tools the checks are written with are in ``helpers.py``.
 """
 
 from __future__ import annotations
@@ -11,130 +13,58 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Awaitable, Callable
 
-from schedulers.base import Fire, Outcome, Scheduler, Timer, us
+from schedulers.base import Capabilities, Timer, us
+from tests.conformance.helpers import (
+    CLOCK_TOLERANCE_S,
+    Factory,
+    HoldsFirstBatches,
+    RecordingProcessor,
+    Runner,
+    bound_s,
+    harmless,
+    running,
+    until_exported,
+    wait_until,
+)
 
-CLOCK_TOLERANCE_S = 0.1  # small clock tolerance for "never early" (one machine, one clock)
-SLACK_S = 5.0  # scheduling slack on a shared 2-core machine, on top of declared bounds
-
-Factory = Callable[[], Awaitable[Scheduler]]
-
-
-@dataclass
-class Received:
-    timer_id: str
-    tenant_id: str
-    due_at: float
-    received_at: float
-    worker: str
-    attempt: int
-    batch_no: int
+Check = Callable[[Factory], Awaitable[None]]
 
 
-@dataclass
-class RecordingProcessor:
-    """Records every fire; finishes the timer (no re-arm) and reports an effect for each."""
+@dataclass(frozen=True)
+class Promise:
+    check: Check
+    requires: str | None  # a Capabilities field that must be True for the promise to apply
 
-    hold: asyncio.Event | None = None  # when set, process() waits for it (a slow or dead owner)
-    hold_s: float = 0.0  # or sleeps this long before answering
-    received: list[Received] = field(default_factory=list)
-    delivered: dict[tuple[str, float], int] = field(default_factory=dict)
-    batches: list[list[Received]] = field(default_factory=list)
-    in_process: int = 0
+    @property
+    def name(self) -> str:
+        return self.check.__name__.removeprefix("check_")
 
-    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
-        now = time.time()
-        batch = [
-            Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches))
-            for f in fires
-        ]
-        self.batches.append(batch)
-        self.received.extend(batch)
-        self.in_process += 1
-        try:
-            if self.hold is not None:
-                await self.hold.wait()
-            if self.hold_s:
-                await asyncio.sleep(self.hold_s)
-        finally:
-            self.in_process -= 1
-        return [Outcome(next_fire_at=None, new_state=None, effect=True) for _ in fires]
-
-    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
-        for f, d in zip(fires, delivered):
-            if d:
-                key = (f.timer_id, us(f.due_at))
-                self.delivered[key] = self.delivered.get(key, 0) + 1
-
-    def ids(self) -> set[str]:
-        return {r.timer_id for r in self.received}
-
-    def of(self, timer_id: str) -> list[Received]:
-        return [r for r in self.received if r.timer_id == timer_id]
+    def applies_to(self, capabilities: Capabilities) -> bool:
+        return self.requires is None or bool(getattr(capabilities, self.requires))
 
 
-class Runner:
-    """``run`` loops started in the background; cancelling one is a crash (see schedulers.base)."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-        self.tasks: list[tuple[asyncio.Task, asyncio.Event]] = []
-
-    def start(self, processor: RecordingProcessor, worker_id: str, type_: str = "poll") -> asyncio.Task:
-        stop = asyncio.Event()
-        task = asyncio.create_task(self.scheduler.run({type_: processor}, stop, worker_id=worker_id))
-        self.tasks.append((task, stop))
-        return task
-
-    async def crash(self, task: asyncio.Task) -> None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-
-    async def stop_all(self) -> None:
-        for task, stop in self.tasks:
-            stop.set()
-        for task, _ in self.tasks:
-            if not task.done():
-                try:
-                    await asyncio.wait_for(task, timeout=30)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-            elif not task.cancelled() and task.exception() is not None:
-                raise task.exception()
+PROMISES: list[Promise] = []  # in the order they are defined below
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(poll_s)
-    return predicate()
+def promise(requires: str | None = None) -> Callable[[Check], Check]:
+    """Register a check with the suite; ``requires`` names the capability it needs."""
+    if requires is not None and requires not in {f.name for f in fields(Capabilities)}:
+        raise ValueError(f"unknown capability {requires!r}")
 
+    def register(check: Check) -> Check:
+        PROMISES.append(Promise(check, requires))
+        return check
 
-@contextlib.asynccontextmanager
-async def running(factory: Factory):
-    scheduler = await factory()
-    runner = Runner(scheduler)
-    try:
-        yield scheduler, runner
-    finally:
-        await runner.stop_all()
-        await scheduler.teardown(drop=True)
-
-
-def bound_s(scheduler: Scheduler) -> float:
-    return scheduler.capabilities.max_lag_s + SLACK_S
+    return register
 
 
 # -- 1. never early -----------------------------------------------------------------------
 
 
+@promise()
 async def check_never_fires_early(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -157,6 +87,7 @@ async def check_never_fires_early(factory: Factory) -> None:
 # -- 2. every timer fires, within the declared bound --------------------------------------
 
 
+@promise()
 async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -168,8 +99,11 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 2.2 + bound_s(s))
         missing = {t.id for t in timers} - proc.ids()
         assert ok, f"{len(missing)} of {len(timers)} timers never fired, e.g. {sorted(missing)[:3]}"
+        # schedulers.base: every delivery came from a claim, and the backend counts its claims
+        assert s.claimed_timers >= len(proc.received), (
+            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: every delivered timer was claimed")
         want = {t.id: t.fire_at for t in timers}
-        limit = s.capabilities.max_lag_s + SLACK_S
+        limit = bound_s(s)  # max_lag_s + SLACK_S
         late = [
             (r.timer_id, r.received_at - max(want[r.timer_id], armed_at))
             for r in proc.received
@@ -181,6 +115,7 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
 # -- 3. fire_at = None is due now ---------------------------------------------------------
 
 
+@promise()
 async def check_none_fire_at_is_due_now(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -197,6 +132,7 @@ async def check_none_fire_at_is_due_now(factory: Factory) -> None:
 # -- 4. re-arming moves --------------------------------------------------------------------
 
 
+@promise()
 async def check_rearm_moves_timer(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -217,9 +153,53 @@ async def check_rearm_moves_timer(factory: Factory) -> None:
         assert all(abs(r.due_at - (now + 0.5)) < 0.01 for r in earlier), "'earlier' did not take its new fire time"
 
 
+@promise()
+async def check_move_during_an_inflight_batch_wins_over_its_rearm(factory: Factory) -> None:
+    async with running(factory) as (s, runner):
+        # The first batches are held, then re-arm their timers an hour out; while "moved" is in
+        # flight it is moved to +1 s. The held batch's commit must not overwrite the move: "moved"
+        # fires at its new time (a first delivery of that fire time), and that fire, which
+        # finishes it, is the last word; "kept", not moved, takes the batch's re-arm.
+        proc = HoldsFirstBatches(rearm_in_s=3600.0)
+        await s.arm([Timer("moved", None), Timer("kept", None, tenant_id="t1")])
+        runner.start(proc, "w1")
+        ok = await wait_until(lambda: proc.ids() >= {"moved", "kept"}, bound_s(s))
+        assert ok, f"the batch was not claimed: got {sorted(proc.ids())}"
+        moved_to = us(time.time() + 1.0)
+        await s.arm([Timer("moved", moved_to)])  # moved while its old fire is being polled
+        proc.release.set()
+        ok = await wait_until(lambda: len(proc.of("moved")) >= 2, 1.0 + bound_s(s))
+        assert ok, "the moved timer did not fire at its new time"
+        again = proc.of("moved")[1]
+        assert abs(again.due_at - moved_to) < 0.001, (
+            f"the in-flight batch's re-arm overwrote the move: fired due {again.due_at - moved_to:+.3f}s from the move"
+        )
+        assert again.received_at >= moved_to - CLOCK_TOLERANCE_S, "the moved timer fired before its new time"
+        assert again.attempt == 1, f"the first fire of a new fire time is attempt 1, got {again.attempt}"
+        ok = await wait_until(lambda: ("moved", us(moved_to)) in proc.delivered, bound_s(s))
+        assert ok, "the moved timer's fire was never committed"
+        ok = await wait_until(lambda: any(tid == "kept" for tid, _ in proc.delivered), bound_s(s))
+        assert ok, "the held batch never committed"
+        await asyncio.sleep(0.5)  # room for a stale copy to show up
+        assert len(proc.of("moved")) == 2, f"'moved' fired {len(proc.of('moved'))} times, expected 2"
+        # export_armed may briefly miss a timer between its commit and its re-arm (temporal_shards):
+        # read until it settles on the answer, or time runs out
+        deadline = time.time() + bound_s(s)
+        while True:
+            armed = {t.id: t.fire_at for t in await s.export_armed()}
+            if ("kept" in armed and "moved" not in armed) or time.time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert "moved" not in armed, f"the in-flight batch's re-arm (+1 h) survived the move: {armed}"
+        assert "kept" in armed and armed["kept"] > time.time() + 3000, (
+            f"the unmoved timer did not take the batch's re-arm: {armed}"
+        )
+
+
 # -- 5. leases ----------------------------------------------------------------------------
 
 
+@promise()
 async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         dead = RecordingProcessor(hold=asyncio.Event())  # never answers: the owner dies mid-batch
@@ -228,6 +208,8 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         task = runner.start(dead, "doomed")
         ok = await wait_until(lambda: dead.ids() >= {t.id for t in timers}, bound_s(s))
         assert ok, "the first owner never received the timers"
+        claimed_once = s.claimed_timers
+        assert claimed_once >= len(timers), f"claimed_timers is {claimed_once} after {len(timers)} timers were claimed"
         await runner.crash(task)
         crashed_at = time.time()
         heir = RecordingProcessor()
@@ -238,8 +220,12 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         assert ok, f"{len(lost)} timers of a crashed owner were not redelivered within {limit:.1f}s"
         first = min(r.received_at for r in heir.received)
         assert first - crashed_at >= 0, "redelivered before the crash"
+        # schedulers.base: a re-claim after the lease lapsed is a claim too (redelivery shows as claims)
+        assert s.claimed_timers >= claimed_once + len(timers), (
+            f"claimed_timers went from {claimed_once} to {s.claimed_timers} while {len(timers)} timers were re-claimed")
 
 
+@promise(requires="heartbeat_leases")
 async def check_slow_owner_keeps_timers(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         slow_for = s.capabilities.redelivery_s * 2.5
@@ -258,9 +244,55 @@ async def check_slow_owner_keeps_timers(factory: Factory) -> None:
         assert len(slow.delivered) == len(timers), "the slow owner's commit did not go through"
 
 
+# -- what the run's loss accounting asks: export_armed is what the backend still holds ------
+
+
+@promise()
+async def check_export_armed_holds_what_will_still_fire(factory: Factory) -> None:
+    """schedulers.base: ``export_armed`` returns every timer the backend will still fire (armed,
+    due, or claimed and in flight) at its fire time, and not a timer that fired and finished. The
+    run calls an undelivered fire lost when the backend does not hold it, so an export that
+    forgets in-flight timers would turn a backlog into losses."""
+    async with running(factory) as (s, runner):
+        # The runner is up before anything is armed: a design whose store answers through its own
+        # workers (temporal_shards' shards) can only say what it holds while a worker runs.
+        gate = asyncio.Event()
+        proc = RecordingProcessor(hold=gate)  # the due timers stay in flight until the gate opens
+        runner.start(proc, "w1")
+        now = time.time()
+        later = Timer("held-later", us(now + 3600))
+        due = [Timer(f"held-due-{i}", us(now - 0.1), tenant_id=f"t{i}") for i in range(3)]
+        await s.arm([later, *due])
+
+        def at(timers: list[Timer]) -> dict[str, float | None]:
+            return {t.id: t.fire_at for t in timers}
+
+        # armed, due, or already claimed and held at the gate: every one is still held
+        held = at(await s.export_armed())
+        want = {t.id: t.fire_at for t in (later, *due)}
+        for tid, fire_at in want.items():
+            assert tid in held, f"{tid} was armed and has not fired, but export_armed does not hold it"
+            assert abs(held[tid] - fire_at) < 0.001, f"{tid} is held at {held[tid]}, armed at {fire_at}"
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in due}, bound_s(s))
+        assert ok, "the due timers were never delivered"
+        held = at(await s.export_armed())
+        for t in due:
+            assert t.id in held and abs(held[t.id] - t.fire_at) < 0.001, (
+                f"{t.id} is claimed and in flight, but export_armed does not hold it at its due time")
+        gate.set()
+        keys = {(t.id, us(t.fire_at)) for t in due}
+        ok = await wait_until(lambda: keys <= set(proc.delivered), bound_s(s))
+        assert ok, "the in-flight batch never committed"
+        held = at(await s.export_armed())
+        fired = [t.id for t in due if t.id in held]
+        assert not fired, f"{fired} fired and finished, but export_armed still holds them"
+        assert "held-later" in held, "a timer not yet due vanished from export_armed"
+
+
 # -- 6. duplicate fires never make duplicate effects --------------------------------------
 
 
+@promise()
 async def check_duplicate_fire_has_no_duplicate_effect(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -283,6 +315,7 @@ async def check_duplicate_fire_has_no_duplicate_effect(factory: Factory) -> None
 # -- 7. per-tenant fairness ----------------------------------------------------------------
 
 
+@promise(requires="per_tenant_fairness")
 async def check_big_tenant_cannot_starve_others(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         proc = RecordingProcessor()
@@ -291,9 +324,9 @@ async def check_big_tenant_cannot_starve_others(factory: Factory) -> None:
         small = [Timer(f"small-{k}-{i}", past + 1, tenant_id=f"small{k}") for k in range(5) for i in range(3)]
         await s.arm(big + small)
         runner.start(proc, "w1")
-        ok = await wait_until(lambda: len(proc.batches) >= 1, bound_s(s))
+        ok = await wait_until(lambda: proc.first_claim(), bound_s(s))
         assert ok, "nothing was claimed"
-        first = {r.timer_id for r in proc.batches[0]}
+        first = {r.timer_id for r in proc.first_claim()}
         starved = {t.id for t in small} - first
         assert not starved, (
             f"{len(starved)} of {len(small)} small-tenant timers were not in the first batch "
@@ -304,6 +337,7 @@ async def check_big_tenant_cannot_starve_others(factory: Factory) -> None:
 # -- more than one runner ---------------------------------------------------------------
 
 
+@promise(requires="multi_runner")
 async def check_two_runners_share_one_store(factory: Factory) -> None:
     async with running(factory) as (s, runner):
         a, b = RecordingProcessor(hold_s=0.05), RecordingProcessor(hold_s=0.05)
@@ -321,18 +355,7 @@ async def check_two_runners_share_one_store(factory: Factory) -> None:
 # -- what migration relies on: export and disarm ----------------------------------------------
 
 
-async def _until_export(s: Scheduler, want: dict[str, float], timeout_s: float) -> dict[str, Timer]:
-    """Read ``export_armed`` until it lists exactly ``want`` (id -> fire time), or time runs out;
-    returns the last read."""
-    deadline = time.time() + timeout_s
-    while True:
-        got = {t.id: t for t in await s.export_armed()}
-        same = set(got) == set(want) and all(abs(got[k].fire_at - v) < 0.001 for k, v in want.items())
-        if same or time.time() > deadline:
-            return got
-        await asyncio.sleep(0.2)
-
-
+@promise()
 async def check_export_lists_what_will_fire(factory: Factory) -> None:
     """``export_armed`` is what backfill copies and reconcile compares: every armed timer with the
     fire time it will fire at (after a move, the new one), and nothing that already finished."""
@@ -348,7 +371,7 @@ async def check_export_lists_what_will_fire(factory: Factory) -> None:
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in soon}, 0.3 + bound_s(s))
         assert ok, f"only {len(proc.ids() & {t.id for t in soon})} of {len(soon)} due timers fired"
         want = {t.id: t.fire_at for t in far} | {"exp-far-0": moved_to}
-        got = await _until_export(s, want, bound_s(s))
+        got = await until_exported(s, want, bound_s(s))
         assert set(got) == set(want), (
             f"export_armed lists {sorted(set(got) - set(want))[:3]} that should not be armed and misses "
             f"{sorted(set(want) - set(got))[:3]}"
@@ -360,6 +383,7 @@ async def check_export_lists_what_will_fire(factory: Factory) -> None:
             assert (e.type, e.tenant_id, e.priority) == (t.type, t.tenant_id, t.priority), f"{t.id} exported as {e}"
 
 
+@promise()
 async def check_disarm_removes_timers(factory: Factory) -> None:
     """``disarm`` (reconcile --repair removes what the source store does not have): a disarmed
     timer never fires and is no longer exported; the others are untouched."""
@@ -380,5 +404,51 @@ async def check_disarm_removes_timers(factory: Factory) -> None:
         fired = proc.ids() & set(gone)
         assert not fired, f"disarmed timers fired: {sorted(fired)}"
         want = {t.id: t.fire_at for t in far[1:]}
-        got = await _until_export(s, want, bound_s(s))
+        got = await until_exported(s, want, bound_s(s))
         assert set(got) == set(want), f"after disarm, export_armed lists {sorted(got)}; expected {sorted(want)}"
+
+
+# -- setup and teardown are idempotent ----------------------------------------------------------
+
+
+@promise()
+async def check_setup_and_teardown_are_idempotent(factory: Factory) -> None:
+    s = await factory()
+    runners: list[Runner] = []
+
+    async def cleanup() -> None:
+        for r in runners:
+            await r.stop_all()
+        await s.teardown(drop=True)
+
+    try:
+        now = time.time()
+        kept = [Timer(f"kept-{i}", now + 3600 + i, tenant_id=f"t{i}") for i in range(3)]
+        await s.arm(kept)
+        await harmless(s.setup(), "a second setup() on a store in use")
+        runners.append(Runner(s))
+        proc = RecordingProcessor()
+        runners[-1].start(proc, "w1")  # export_armed may ask the store's workers (temporal_shards)
+        got = await until_exported(s, {t.id: t.fire_at for t in kept}, bound_s(s))
+        assert set(got) == {t.id for t in kept}, f"a second setup() changed what is armed: {sorted(got)}"
+        await s.arm([Timer("after-setup", None)])
+        ok = await wait_until(lambda: "after-setup" in proc.ids(), bound_s(s))
+        assert ok, "after a second setup() a due timer never fired"
+        await runners[-1].stop_all()
+
+        await s.teardown(drop=True)
+        await harmless(s.teardown(drop=True), "a second teardown(drop=True)")
+        await harmless(s.setup(), "setup() after teardown()")
+        runners.append(Runner(s))
+        proc = RecordingProcessor()
+        runners[-1].start(proc, "w2")
+        left = await until_exported(s, {}, bound_s(s))
+        assert not left, f"teardown(drop=True) then setup() still holds timers: {sorted(left)}"
+        await s.arm([Timer("after-teardown", None)])
+        ok = await wait_until(lambda: "after-teardown" in proc.ids() and proc.delivered, bound_s(s))
+        assert ok, "teardown() then setup() did not give a working store: a due timer never fired"
+    except BaseException:
+        with contextlib.suppress(Exception):  # the failure above is the finding, not the cleanup's
+            await cleanup()
+        raise
+    await cleanup()

@@ -8,7 +8,7 @@ import pytest
 
 from schedulers.base import StoreContext, Timer
 from schedulers.memory import MemoryScheduler
-from tests.conformance import promises
+from tests.conformance import helpers, promises
 
 
 class FiresEarly(MemoryScheduler):
@@ -41,6 +41,31 @@ class NoEffectKey(MemoryScheduler):
         super()._commit(items, outcomes, owner, processor)
 
 
+class InFlightCommitIgnoresMoves(MemoryScheduler):
+    """Commits a batch by id alone: a timer moved while its old fire was in flight gets that
+    fire's re-arm, which overwrites the move."""
+
+    def _commit(self, items, outcomes, owner, processor):
+        current = []  # the fence forgotten: each fire passes for the timer's current version
+        for fire, version in items:
+            e = self._entries.get(fire.timer_id)
+            if e is not None:
+                e.owner, version = owner, e.version
+            current.append((fire, version))
+        super()._commit(current, outcomes, owner, processor)
+
+
+class ExportsFinishedTimers(MemoryScheduler):
+    """export_armed answers from a log of arms, so timers that fired and finished are still listed."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        self.__dict__.setdefault("arms", {}).update({t.id: t for t in timers})
+        await super().arm(timers)
+
+    async def export_armed(self) -> list[Timer]:
+        return list(self.__dict__.get("arms", {}).values())
+
+
 class ExportsFirstArm(MemoryScheduler):
     """Exports the fire time each id was first armed with, not where a move put it."""
 
@@ -63,6 +88,52 @@ class IgnoresDisarm(MemoryScheduler):
         return sum(tid in self._entries for tid in ids)
 
 
+class CountsNoClaims(MemoryScheduler):
+    """Claims and delivers as memory does, but never counts a claim (schedulers.base asks it to)."""
+
+    def _claim(self, now, owner, batch_no):
+        out = super()._claim(now, owner, batch_no)
+        self.claimed_timers = 0
+        return out
+
+
+class ForgetsInFlight(MemoryScheduler):
+    """Exports only the timers nobody has claimed: a backlog in flight would read as lost."""
+
+    async def export_armed(self):
+        return [t for t in await super().export_armed() if self._entries[t.id].owner is None]
+
+
+class SetupWipesTheStore(MemoryScheduler):
+    """setup() recreates the store from scratch (a DROP before the CREATE): a second call loses
+    every armed timer."""
+
+    async def setup(self) -> None:
+        self._entries.clear()
+        self._due.clear()
+
+
+class TeardownTwiceRaises(MemoryScheduler):
+    """teardown() closes a connection it does not check: the second call fails."""
+
+    async def teardown(self, drop: bool = True) -> None:
+        if self.__dict__.get("closed"):
+            raise RuntimeError("the pool is already closed")
+        self.closed = True
+        await super().teardown(drop)
+
+
+class DeadAfterTeardown(MemoryScheduler):
+    """teardown() stops the store for good; setup() does not bring it back, so nothing fires."""
+
+    async def teardown(self, drop: bool = True) -> None:
+        self.dead = True
+        await super().teardown(drop)
+
+    def _claim(self, now, owner, batch_no):
+        return [] if self.__dict__.get("dead") else super()._claim(now, owner, batch_no)
+
+
 def factory_for(cls):
     async def factory():
         s = cls(StoreContext(state_bytes=16), **MemoryScheduler.conformance_options)
@@ -78,14 +149,35 @@ def factory_for(cls):
         (FiresEarly, promises.check_never_fires_early),
         (DropsTimers, promises.check_every_timer_fires_within_max_lag),
         (IgnoresMoves, promises.check_rearm_moves_timer),
+        (InFlightCommitIgnoresMoves, promises.check_move_during_an_inflight_batch_wins_over_its_rearm),
         (NoEffectKey, promises.check_duplicate_fire_has_no_duplicate_effect),
+        (ExportsFinishedTimers, promises.check_export_lists_what_will_fire),
         (ExportsFirstArm, promises.check_export_lists_what_will_fire),
         (IgnoresDisarm, promises.check_disarm_removes_timers),
+        (CountsNoClaims, promises.check_crashed_owner_timers_are_redelivered),
+        (ForgetsInFlight, promises.check_export_armed_holds_what_will_still_fire),
+        (SetupWipesTheStore, promises.check_setup_and_teardown_are_idempotent),
+        (TeardownTwiceRaises, promises.check_setup_and_teardown_are_idempotent),
+        (DeadAfterTeardown, promises.check_setup_and_teardown_are_idempotent),
     ],
-    ids=["fires-early", "drops-timers", "ignores-moves", "no-effect-key", "exports-first-arm", "ignores-disarm"],
+    ids=[
+        "fires-early",
+        "drops-timers",
+        "ignores-moves",
+        "inflight-commit-ignores-moves",
+        "no-effect-key",
+        "exports-finished-timers",
+        "exports-first-arm",
+        "ignores-disarm",
+        "counts-no-claims",
+        "forgets-in-flight",
+        "setup-wipes-the-store",
+        "teardown-twice-raises",
+        "dead-after-teardown",
+    ],
 )
 async def test_broken_scheduler_fails_the_suite(cls, check, monkeypatch):
-    monkeypatch.setattr(promises, "SLACK_S", 1.0)  # fail fast: the timers are never coming
+    monkeypatch.setattr(helpers, "SLACK_S", 1.0)  # fail fast: the timers are never coming
     with pytest.raises(AssertionError):
         await check(factory_for(cls))
 
@@ -95,8 +187,12 @@ async def test_memory_passes_the_same_checks():
     for check in (
         promises.check_never_fires_early,
         promises.check_rearm_moves_timer,
+        promises.check_move_during_an_inflight_batch_wins_over_its_rearm,
         promises.check_duplicate_fire_has_no_duplicate_effect,
         promises.check_export_lists_what_will_fire,
         promises.check_disarm_removes_timers,
+        promises.check_crashed_owner_timers_are_redelivered,
+        promises.check_export_armed_holds_what_will_still_fire,
+        promises.check_setup_and_teardown_are_idempotent,
     ):
         await check(factory_for(MemoryScheduler))

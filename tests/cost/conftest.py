@@ -40,14 +40,15 @@ def write_run_dir(run_dir: Path, measure_start: float, measure_end: float, fired
     rundir.write_json(run_dir / rundir.CONFIG, {
         "scheduler": "test", "workload": {"name": "test"},
         "window": {"arm_start": measure_start - 1.0, "measure_start": measure_start, "measure_end": measure_end,
-                   "grace_s": 1.0, "missed_before": measure_end},
+                   "drain_limit_s": 1.0, "drained_s": 0.0, "undelivered_before": measure_end},
     })
     n = len(fired_at)
     table = pa.table({
         "timer_id": [f"t{i}" for i in range(n)], "tenant_id": ["a"] * n, "type": ["poll"] * n,
         "due_at": fired_at, "armed_at": [measure_start - 1.0] * n, "fired_at": fired_at, "lag_s": [0.0] * n,
         "attempt": pa.array([1] * n, pa.int32()), "worker": ["w"] * n, "batch": pa.array([0] * n, pa.int64()),
-        "effect_delivered": [False] * n, "warmup": [False] * n,
+        "effect_delivered": [False] * n, "warmup": [False] * n, "external_effect": [False] * n,
+        "held_at_end": pa.array([None] * n, pa.bool_()),
     }, schema=rundir.FIRES_SCHEMA)
     pq.write_table(table, run_dir / rundir.FIRES)
 

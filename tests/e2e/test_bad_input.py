@@ -9,15 +9,12 @@ fails before a server, a run directory or a thread exists. A few cases at the en
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.cli import main
 
-BENCH = str(Path(sys.executable).parent / "bench")
 HEADER = "trigger_id,tenant_id,interval_s,first_fire_s\n"
 
 # name -> file contents (bytes); the tests write them into a fresh directory
@@ -215,9 +212,9 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(what, args, names, inp
     ([*RUN, "--trace", "not-utf8.csv"], "not-utf8.csv line 2: not UTF-8"),
     (["serve", "--scheduler", "pg_leased", "--host", "0.0.0.0", "--port", "0"], "--allow-unauthenticated"),
 ])
-def test_the_real_command_says_the_same_in_one_line(args, names, inputs_dir):
+def test_the_real_command_says_the_same_in_one_line(bench, args, names, inputs_dir):
     before = _entries(inputs_dir)
-    res = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=60, cwd=inputs_dir)
+    res = bench(*args, timeout=60, cwd=inputs_dir)
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and names in lines[0], res.stderr

@@ -5,10 +5,7 @@ pg_leased's autovacuum settings so the report tells tuning from design."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -16,23 +13,17 @@ from psycopg import sql
 from metrics import rundir
 from metrics.extensions import extensions
 
-REPO = Path(__file__).resolve().parents[2]
 SHORT = ["--workload", "smoke", "--duration", "5s", "--warmup", "2s"]
 
 
-def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def test_a_database_without_the_extensions_gets_not_available_and_why(pg_dsn, tmp_path):
+def test_a_database_without_the_extensions_gets_not_available_and_why(bench, pg_dsn, tmp_path):
     bare = f"tb_bare_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(bare)))
     try:
         dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname=bare)
         why = {name: e.missing for name, e in extensions(dsn).items()}
-        proc = bench("run", "--scheduler", "pg_queue", *SHORT, "--dsn", dsn, "--out", str(tmp_path / "runs"))
+        proc = bench("run", "--scheduler", "pg_queue", *SHORT, "--dsn", dsn, "--out", str(tmp_path / "runs"), timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         run_dir = next((tmp_path / "runs").iterdir())
         s = rundir.read_summary(run_dir)
@@ -55,7 +46,7 @@ def test_a_database_without_the_extensions_gets_not_available_and_why(pg_dsn, tm
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(bare)))
 
 
-def test_compare_tuned_control_separates_tuning_from_design(tmp_path):
+def test_compare_tuned_control_separates_tuning_from_design(bench, tmp_path):
     html = tmp_path / "r.html"
     proc = bench("compare", "--schedulers", "pg_queue,pg_leased", "--tuned-control", *SHORT,
                  "--out", str(tmp_path / "runs"), "-o", str(html), timeout=600)
@@ -75,7 +66,7 @@ def test_compare_tuned_control_separates_tuning_from_design(tmp_path):
     assert "Tuning alone (pg_queue → pg_queue, tuned" in text and "then the design (pg_queue, tuned → pg_leased" in text
 
 
-def test_tuned_control_needs_both_designs():
+def test_tuned_control_needs_both_designs(bench):
     proc = bench("compare", "--schedulers", "pg_leased", "--tuned-control", *SHORT)
     assert proc.returncode == 2
     assert "--tuned-control" in proc.stderr and "Traceback" not in proc.stderr

@@ -5,30 +5,30 @@ Postgres and Temporal dev server (the ``private_stack`` fixture of ``tests/e2e/c
 
 Redelivery settings are shortened (``stale_claim_s``, ``lease_s``) so that what a crashed worker
 held comes back within a 12-second run; with the defaults (300 s, 30 s) it would come back after
-the run and count as missed, which is the honest result for those settings, not a test.
+the run and count as pending (still held by the backend), the honest result for those settings.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "12s", "--warmup", "2s"]
 
 
-def bench(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, env=env)
+# A 12-second run with two restarts takes ~20 s here, but many times that on a machine running
+# several other workloads (a Postgres restart under load, then the pool's reconnect backoff). The
+# bound is for a run that hangs, not a speed test; the bench fixture keeps what it printed.
+RUN_TIMEOUT_S = 240
 
 
-def run_with_faults(tmp_path: Path, env: dict[str, str], scheduler: str, *extra: str) -> tuple[Path, dict]:
+def run_with_faults(bench, tmp_path: Path, env: dict[str, str], scheduler: str, *extra: str,
+                    timeout: float = RUN_TIMEOUT_S) -> tuple[Path, dict]:
     out = tmp_path / "runs"
-    res = bench(["run", "--scheduler", scheduler, *SHORT, "--out", str(out), *extra], env)
+    res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(out), *extra, env=env, timeout=timeout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return run_dir, json.loads((run_dir / "summary.json").read_text())
@@ -40,13 +40,14 @@ def by_kind(summary: dict) -> dict[str, dict]:
 
 def assert_recovered_without_loss(summary: dict, kinds: set[str]) -> None:
     assert summary["complete"], summary["incomplete_reason"]
-    assert summary["missed"] == 0
+    assert summary["correct"] is True, summary["failures"]
+    assert summary["outcomes"]["lost"] == 0 and summary["lost_in_warmup"] == 0
     assert summary["duplicate_effects"] == 0
     faults = by_kind(summary)
     assert set(faults) == kinds
     for kind, f in faults.items():
         assert f["fired"], (kind, f["note"])
-        assert f["missed"] == 0, (kind, f)
+        assert f["lost"] == 0, (kind, f)
         assert f["duplicate_effects"] == 0, (kind, f)
         assert f["time_to_recover_s"] is not None, (kind, f)  # lag came back under the bound
         assert f["lag_peak_ms"] is not None and f["fires"] > 0
@@ -64,30 +65,53 @@ def assert_crash_was_redelivered(run_dir: Path, summary: dict) -> None:
     assert (fired[fired["worker"] == kill["worker"]]["fired_at"] <= kill["start"]).all()
 
 
-def test_pg_queue_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(tmp_path, private_stack):
-    run_dir, s = run_with_faults(tmp_path, private_stack, "pg_queue", "--opt", "stale_claim_s=3",
+def test_pg_queue_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(bench, tmp_path, private_stack):
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--opt", "stale_claim_s=3",
                                  "--fault", "kill-worker@4s", "--fault", "restart-postgres@7s")
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres"})
     assert_crash_was_redelivered(run_dir, s)
 
 
-def test_pg_leased_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(tmp_path, private_stack):
-    run_dir, s = run_with_faults(tmp_path, private_stack, "pg_leased", "--opt", "lease_s=2",
+def test_pg_leased_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(bench, tmp_path, private_stack):
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_leased", "--opt", "lease_s=2",
                                  "--fault", "kill-worker@4s", "--fault", "restart-postgres@7s")
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres"})
     assert_crash_was_redelivered(run_dir, s)
 
 
-def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(tmp_path, private_stack):
+def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(bench, tmp_path, private_stack):
     # Faults 8 s apart: a killed batch comes back after the 3 s heartbeat timeout plus a retry,
     # and its recovery must finish before the next fault's window opens (3 s apart was flaky on
-    # a loaded 2-core machine: recovery measured 9.2 s there).
-    run_dir, s = run_with_faults(tmp_path, private_stack, "temporal_shards", "--opt", "max_lag_s=1",
+    # a loaded 2-core machine: recovery measured 9.2 s there). After the last fault the run goes
+    # on for 20 s: with 6 s (--duration 26s) the backlog of the Temporal restart was still being
+    # worked off when the window closed on a busy machine (last late fire 6.6 s after the server
+    # was ready, so no recovery was seen; another time 71 fires were not in by the end of the
+    # grace period).
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "temporal_shards", "--opt", "max_lag_s=1",
                                  "--opt", "lease_s=3", "--fault", "kill-worker@4s",
                                  "--fault", "restart-postgres@12s", "--fault", "restart-temporal@20s",
-                                 "--duration", "26s")
+                                 "--rate", "60/s", "--duration", "40s", timeout=240)
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres", "restart-temporal"})
     assert_crash_was_redelivered(run_dir, s)
+
+
+def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lose_nothing(bench, tmp_path, private_stack):
+    """At-least-once, shown where it costs: 5 s polls outlive pg_queue's 3 s stale-claim timeout
+    (it has no heartbeat), so batches are claimed again while their first delivery still polls.
+    Both deliveries find the same events and send the same webhooks (duplicate external
+    effects); the keyed effect commits once; nothing is lost."""
+    workload = tmp_path / "all-events.yaml"  # every poll finds events: every redelivery resends a webhook
+    smoke = (Path(__file__).resolve().parents[2] / "loadgen/presets/smoke.yaml").read_text().splitlines()
+    kept = [line for line in smoke if not line.startswith(("new_event_rate:", "error_rate:"))]  # each field once
+    workload.write_text("\n".join(kept) + "\nnew_event_rate: 1.0\nerror_rate: 0.0\n")
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--workload", str(workload), "--opt",
+                                 "stale_claim_s=3", "--fault", "slow-provider@3s:6s:5s")
+    slow = by_kind(s)["slow-provider"]
+    assert s["correct"] is True and s["outcomes"]["lost"] == 0 and s["lost_in_warmup"] == 0
+    assert s["duplicate_effects"] == 0 and slow["duplicate_effects"] == 0
+    assert slow["duplicate_fires"] > 0 and s["redelivered_fires"] > 0
+    assert slow["duplicate_external_effects"] > 0 and s["duplicate_external_effects"] > 0
+    assert s["claim_rate"] > s["achieved_rate"]  # the re-claims show as claims above fires
 
 
 def dead_tuples(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -98,10 +122,10 @@ def dead_tuples(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return per_t.index.to_numpy(), per_t.to_numpy()
 
 
-def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(tmp_path, private_stack):
-    run_dir, s = run_with_faults(tmp_path, private_stack, "pg_queue", "--fault", "hold-snapshot@3s:6s")
+def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(bench, tmp_path, private_stack):
+    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--fault", "hold-snapshot@3s:6s")
     hold = by_kind(s)["hold-snapshot"]
-    assert hold["fired"] and hold["missed"] == 0 and hold["duplicate_effects"] == 0
+    assert hold["fired"] and hold["lost"] == 0 and hold["duplicate_effects"] == 0
     t, dead = dead_tuples(run_dir)
     # from 1 s in (the statistics lag the server by up to a second) to the release
     during = dead[(t >= hold["start"] + 1.0) & (t <= hold["end"])]
@@ -117,16 +141,18 @@ def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(t
     assert after.min() <= 0.5 * during.max(), (during, after)
 
 
-def test_faults_the_run_cannot_inject_are_refused_with_one_line(tmp_path, private_stack):
+def test_faults_the_run_cannot_inject_are_refused_with_one_line(bench, tmp_path, private_stack):
     out = str(tmp_path / "runs")
-    res = bench(["run", "--scheduler", "memory", "--fault", "kill@3s", "--out", out], private_stack)
+    res = bench("run", "--scheduler", "memory", "--fault", "kill@3s", "--out", out, env=private_stack, timeout=120)
     assert res.returncode == 2
     assert "accepted forms: kill-worker@30s" in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    res = bench(["run", "--scheduler", "memory", "--fault", "pause-worker@3s:2s", "--out", out], private_stack)
+    res = bench("run", "--scheduler", "memory", "--fault", "pause-worker@3s:2s", "--out", out, env=private_stack,
+                timeout=120)
     assert res.returncode == 2 and "--nodes" in res.stderr
     # a DSN that is not the harness's own server: seen from another home, the private server
     # is someone else's
     foreign = {**private_stack, "TIMERBENCH_HOME": str(tmp_path / "elsewhere")}
-    res = bench(["run", "--scheduler", "pg_queue", "--fault", "restart-postgres@3s", "--out", out], foreign)
+    res = bench("run", "--scheduler", "pg_queue", "--fault", "restart-postgres@3s", "--out", out, env=foreign,
+                timeout=120)
     assert res.returncode == 2 and "did not start" in res.stderr, res.stderr
     assert not Path(out).exists() or not any(Path(out).iterdir())

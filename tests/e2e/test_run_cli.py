@@ -1,8 +1,8 @@
 """``bench run`` end to end: the real CLI in a subprocess, checked through the files it writes.
 
 Each registered scheduler runs the smoke preset, shortened (``--duration 8s --warmup 2s``); the
-summary's lag percentiles, fire counts and missed count are recomputed here from
-``fires.parquet`` with plain numpy (not through :mod:`metrics.rundir`) and compared.
+summary's outcome counts, rates and lag percentiles are recomputed here from ``fires.parquet``
+with plain pandas (:mod:`tests.e2e.recompute`, not through :mod:`metrics.rundir`) and compared.
 """
 
 from __future__ import annotations
@@ -12,32 +12,28 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from metrics import rundir
 from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
 from schedulers.base import REGISTRY
+from tests.e2e.recompute import check_summary
 
-BENCH = str(Path(sys.executable).parent / "bench")
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
 SUMMARY_KEYS = {
-    "complete", "incomplete_reason", "scheduler", "workload_name", "target_rate", "achieved_rate",
-    "claim_rate", "measured_s", "warmup_s", "lag_ms", "fires", "missed", "duplicate_fires",
-    "duplicate_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
+    "complete", "incomplete_reason", "correct", "failures", "scheduler", "workload_name", "cadence", "target_rate",
+    "offered_rate", "achieved_rate", "rate_held", "claim_rate", "measured_s", "warmup_s", "drained_s",
+    "cycles_per_trigger", "steady_state", "on_time_s", "outcomes", "lost_in_warmup", "skipped_periods", "lag_ms",
+    "fires", "early", "redelivered_fires", "duplicate_fires", "duplicate_effects", "external_effects",
+    "duplicate_external_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
     "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings", "measurement_notes",
 }
 ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
             "temporal_version", "timerbench_version", "git_commit"}
-
-
-def bench(*args: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def only_run_dir(out: Path) -> Path:
@@ -46,24 +42,17 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
-def hdr_close(reported_ms: float, exact_ms: float) -> bool:
-    """HDR keeps 3 significant figures (and integer microseconds)."""
-    return abs(reported_ms - exact_ms) <= 2e-3 * abs(exact_ms) + 2e-3
-
-
-def percentile_agrees(reported_ms: float, lags_ms: np.ndarray, pct: float) -> bool:
-    """The reported percentile lies at the exact rank (give or take one: HDR rounds the rank
-    where numpy takes the ceiling), to HDR's precision."""
-    v = np.sort(lags_ms)
-    rank = pct / 100.0 * len(v)
-    lo = v[max(0, int(np.floor(rank)) - 2)]
-    hi = v[min(len(v) - 1, int(np.ceil(rank)) + 1)]
-    return lo - (2e-3 * abs(lo) + 2e-3) <= reported_ms <= hi + (2e-3 * abs(hi) + 2e-3)
+# A design that cannot hold the smoke preset's 150 fires/s on the embedded stack runs this test
+# at a rate it holds; the test is about the run directory agreeing with its fires, not about
+# throughput. temporal_per_trigger costs the dev server a workflow iteration per fire (~6 SQLite
+# writes): 5-20 fires/s on 2 shared cores (seeds/003's argument, measured).
+SMOKE_RATE = {"temporal_per_trigger": "15/s"}
 
 
 @pytest.mark.parametrize("scheduler", sorted(REGISTRY))
-def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_path):
-    res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(tmp_path), timeout=240)
+def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler, tmp_path):
+    rate = ["--rate", SMOKE_RATE[scheduler]] if scheduler in SMOKE_RATE else []
+    res = bench("run", "--scheduler", scheduler, *SHORT, *rate, "--out", str(tmp_path), timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert run_dir.name.endswith(f"-{scheduler}")
@@ -90,27 +79,20 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_pa
 
     # recompute from fires.parquet
     f = fires.to_pandas()
-    w = cfg["window"]
-    fired = f["fired_at"].notna()
-    measured = f[fired & ~f["warmup"] & (f["fired_at"] < w["measure_end"])]
-    assert s["fires"] == len(measured) > 0
-    assert s["missed"] == int((~fired).sum()) == 0
-    lag_ms = measured["lag_s"].to_numpy() * 1000.0
-    for key, pct in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
-        exact = float(np.percentile(lag_ms, pct, method="inverted_cdf"))
-        assert percentile_agrees(s["lag_ms"][key], lag_ms, pct), (key, s["lag_ms"][key], exact)
-    assert hdr_close(s["lag_ms"]["max"], float(lag_ms.max()))
-    keys = f[fired].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
-    assert s["duplicate_fires"] == len(keys) - len(keys.drop_duplicates())
-    eff = f[f["effect_delivered"]].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
-    assert s["duplicate_effects"] == len(eff) - len(eff.drop_duplicates()) == 0
-    assert len(eff) > 0  # ~5% of polls find events: the effect path ran
-    assert s["achieved_rate"] == pytest.approx(s["fires"] / s["measured_s"])
+    check_summary(s, f, cfg)
+    assert s["correct"] is True and s["outcomes"]["lost"] == 0 and s["lost_in_warmup"] == 0
+    assert s["outcomes"]["due"] > 0 and s["fires"] > 0
+    assert s["duplicate_effects"] == 0
+    assert s["external_effects"] > 0  # ~5% of polls find events: the effect paths ran
+    assert int(f["effect_delivered"].sum()) > 0
     # claims come from the per-second samples, fires from the event log: they must tell one story
     # (to within one sample interval at the window's edges: a once-a-second backend's burst may
     # fall either side, which is ~1/8 of an 8 s window)
     assert s["claim_rate"] == pytest.approx(s["achieved_rate"], rel=0.2)
-    assert (measured["lag_s"] >= -0.1).all()  # never fired early (clock tolerance)
+    assert s["early"] == 0  # never fired early
+    assert cfg["load"]["periodic_triggers"] == cfg["workload"]["triggers"]
+    assert s["steady_state"] is False  # 8 s measured after a 2 s warm-up: the summary says so
+    assert any("not steady state" in w for w in s["warnings"])
 
     sdf = samples.to_pandas()
     run_metrics = set(sdf.loc[sdf["scope"] == "run", "metric"])
@@ -136,11 +118,11 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(scheduler, tmp_pa
         assert s["dead_tuples"]["table_peak"] is None and s["hot_ratio"] is None
 
 
-def test_sigint_leaves_a_readable_run_dir_marked_incomplete(tmp_path):
-    proc = subprocess.Popen(
-        [BENCH, "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
-         "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+def test_sigint_leaves_a_readable_run_dir_marked_incomplete(bench, tmp_path):
+    proc = bench.popen(
+        "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
+        "--out", str(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         started = time.time()
@@ -172,7 +154,7 @@ def one_line_usage_error(res: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_unknown_scheduler_lists_the_valid_names(tmp_path):
+def test_unknown_scheduler_lists_the_valid_names(bench, tmp_path):
     line = one_line_usage_error(bench("run", "--scheduler", "nosuch", "--out", str(tmp_path), timeout=30))
     assert "nosuch" in line
     for name in REGISTRY:
@@ -181,14 +163,14 @@ def test_unknown_scheduler_lists_the_valid_names(tmp_path):
 
 
 @pytest.mark.parametrize("rate", ["fast", "5/fortnight", "-3/s"])
-def test_malformed_rate_names_the_accepted_forms(rate, tmp_path):
+def test_malformed_rate_names_the_accepted_forms(bench, rate, tmp_path):
     line = one_line_usage_error(bench("run", "--scheduler", "memory", "--rate", rate, "--out", str(tmp_path), timeout=30))
     assert rate in line
     for form in ("556/s", "33360/min", "556"):
         assert form in line
 
 
-def test_unreachable_dsn_names_host_and_port_not_the_password(tmp_path):
+def test_unreachable_dsn_names_host_and_port_not_the_password(bench, tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -202,17 +184,9 @@ def test_unreachable_dsn_names_host_and_port_not_the_password(tmp_path):
     assert "s3cretpw" not in res.stderr + res.stdout
 
 
-def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(tmp_path):
-    script = (
-        "import sys, schedulers.base as b; "
-        "b.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'; "
-        "from bench.cli import main; main(sys.argv[1:])"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", script, "run", "--scheduler", "crashing", "--workload", "smoke",
-         "--duration", "8s", "--warmup", "1s", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
-    )
+def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(bench, tmp_path):
+    res = bench("run", "--scheduler", "crashing", "--workload", "smoke", "--duration", "8s", "--warmup", "1s",
+                "--out", str(tmp_path), timeout=120, register="crashing=tests.e2e.crashing:CrashingScheduler")
     assert res.returncode == 1, res.stdout + res.stderr
     run_dir = only_run_dir(tmp_path)
     s = json.loads((run_dir / "summary.json").read_text())

@@ -12,9 +12,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,18 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.stack import free_port
 from schedulers.base import StoreContext, create
 
-BENCH = str(Path(sys.executable).parent / "bench")
 TOKEN = "test-token-not-secret"
 TICK_S = 0.1  # pg_leased's tick (its default, given explicitly: the readiness test counts ticks)
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(method: str, url: str, body: object | None = None, token: str | None = TOKEN) -> tuple[int, dict]:
@@ -54,15 +46,17 @@ def http(method: str, url: str, body: object | None = None, token: str | None = 
 
 
 class ServeNode:
-    def __init__(self, dsn: str, schema: str, record: Path | None = None) -> None:
+    """``bench serve`` on pg_leased in a subprocess, ready when constructed; ``stop()`` ends it."""
+
+    def __init__(self, bench, dsn: str, schema: str, record: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [BENCH, "serve", "--scheduler", "pg_leased", "--port", str(self.port), "--schema", schema,
+        args = ["serve", "--scheduler", "pg_leased", "--port", str(self.port), "--schema", schema,
                 "--workload", "smoke", "--worker-id", "node-under-test", "--opt", f"tick_s={TICK_S}"]
         if record is not None:
-            argv += ["--record", str(record)]
+            args += ["--record", str(record)]
         env = {**os.environ, "TIMERBENCH_DSN": dsn, "TIMERBENCH_TOKEN": TOKEN}
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = bench.popen(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.time() + START_TIMEOUT_S
         while True:
             assert self.proc.poll() is None, f"node exited early: {self.proc.stdout.read()}"
@@ -86,8 +80,8 @@ class ServeNode:
 
 
 @pytest.fixture
-def node(pg_dsn, schema, tmp_path):
-    n = ServeNode(pg_dsn, schema, record=tmp_path / "rec")
+def node(bench, pg_dsn, schema, tmp_path):
+    n = ServeNode(bench, pg_dsn, schema, record=tmp_path / "rec")
     yield n
     n.stop()
 
@@ -138,12 +132,12 @@ def test_bad_body_gets_400_and_arms_nothing(node, pg_dsn, schema):
     assert {t["id"] for t in good} <= armed_ids(pg_dsn, schema)
 
 
-def test_node_never_prints_the_dsn_password_or_the_token(pg_dsn, schema):
+def test_node_never_prints_the_dsn_password_or_the_token(bench, pg_dsn, schema):
     # the embedded server trusts loopback, so a password in the DSN is carried but never checked
     secret = "pw-that-must-not-leak"
     user, _, rest = pg_dsn.partition("://")[2].partition("@")
     dsn = f"postgresql://{user.split(':')[0]}:{secret}@{rest}"
-    n = ServeNode(dsn, schema)
+    n = ServeNode(bench, dsn, schema)
     code, out = n.stop()
     assert code == 0, out
     assert "serving http://" in out

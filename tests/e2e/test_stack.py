@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -145,5 +146,34 @@ def test_a_test_session_leaves_servers_that_were_already_running(tmp_path):
         assert _pids(tmp_path) == before
         assert pg.running() and tp.running()
     finally:
+        tp.stop()
+        pg.stop()
+
+
+def test_sessions_at_once_leave_the_servers_to_the_last_one_out(tmp_path):
+    home, release = tmp_path / "home", tmp_path / "release"
+    env = {k: v for k, v in os.environ.items() if k not in ("TIMERBENCH_DSN", "TIMERBENCH_TEMPORAL")}
+    env.update(TIMERBENCH_HOME=str(home), TIMERBENCH_PROBE_HOLD=str(release))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests/e2e/session_probe.py")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    pg, tp = stack.Postgres(home), stack.TemporalDev(home)
+    try:
+        deadline = time.time() + 180
+        while not (pg.running() and tp.running()) and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert pg.running() and tp.running(), "the first session did not start its servers"
+        res = _session(home)  # a second session comes and goes while the first one holds
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        assert pg.running() and tp.running(), "the session that ended first stopped servers still in use"
+        release.touch()
+        out, _ = first.communicate(timeout=180)
+        assert first.returncode == 0, out[-3000:]
+        assert not pg.running() and not tp.running(), "the last session out left the servers running"
+    finally:
+        release.touch()
+        if first.poll() is None:
+            first.kill()
         tp.stop()
         pg.stop()

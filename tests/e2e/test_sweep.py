@@ -4,21 +4,13 @@ the embedded Postgres."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from metrics import rundir
 
-REPO = Path(__file__).resolve().parents[2]
 SHORT = ["--duration", "5s", "--warmup", "2s", "--no-pgbench"]
-
-
-def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def the_sweep(out: Path) -> tuple[Path, dict]:
@@ -26,26 +18,29 @@ def the_sweep(out: Path) -> tuple[Path, dict]:
     return sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())
 
 
-def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(tmp_path):
-    res = bench("sweep", "--scheduler", "memory", "--rates", "1000,500", "--out", str(tmp_path), *SHORT)
+def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(bench, tmp_path):
+    # Rates the harness holds with room to spare on a busy shared machine: at 1000/s the memory
+    # backend's p99 once reached 1.6 s there (over the 1 s SLO) while other suites ran.
+    res = bench("sweep", "--scheduler", "memory", "--rates", "400,200", "--out", str(tmp_path), *SHORT, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     sweep_dir, data = the_sweep(tmp_path)
-    assert data["complete"] is True and data["rates"] == [500.0, 1000.0]
+    assert data["complete"] is True and data["rates"] == [200.0, 400.0]
     assert data["pgbench"]["skipped"] == "disabled by --no-pgbench"
     assert "ceiling" in data["workload"]["note"]  # the workload is stated
     mem = data["backends"]["memory"]
-    assert list(mem["rates"]) == ["500", "1000"]
+    assert list(mem["rates"]) == ["200", "400"]
     for key, e in mem["rates"].items():
         # each rate is a real run directory inside the sweep's, and the entry repeats its summary
         run = Path(e["run_dir"])
         assert run.parent == sweep_dir and (run / rundir.SUMMARY).exists()
         s = rundir.read_summary(run)
         assert s["target_rate"] == float(key)
-        assert e["achieved"] == s["achieved_rate"] and e["p99_ms"] == s["lag_ms"]["p99"] and e["missed"] == s["missed"]
+        assert e["achieved"] == s["achieved_rate"] and e["p99_ms"] == s["lag_ms"]["p99"]
+        assert e["lost"] == s["outcomes"]["lost"] == 0 and e["pending"] == s["outcomes"]["pending"]
         assert e["writes_per_fire"] is None  # memory has no tables
-        assert e["offered"] > 0 and e["slo_p99_ms"] == 1000.0
+        assert e["offered"] == s["offered_rate"] > 0 and e["slo_p99_ms"] == 1000.0
         assert e["held"] is True and e["reason"] is None, e
-    assert mem["max_sustainable_rate"] == 1000.0 and mem["stopped_at"] is None
+    assert mem["max_sustainable_rate"] == 400.0 and mem["stopped_at"] is None
     assert mem["fraction_of_ceiling"] is None  # no ceiling measured
     assert mem["slo_p99_ms"] == 1000.0 and mem["warmup_s"] == 2.0  # memory's max lag (0.55 s) keeps --warmup
     page = (sweep_dir / "report.html").read_text()
@@ -54,11 +49,11 @@ def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(tmp_path
     assert "maximum sustainable rate" in res.stdout
 
 
-def test_a_backend_stops_at_the_first_rate_it_cannot_hold_after_one_retry(tmp_path):
+def test_a_backend_stops_at_the_first_rate_it_cannot_hold_after_one_retry(bench, tmp_path):
     # An SLO no run can meet (1 µs p99): the first rate fails twice (--retries 1, the default),
     # the second rate is never run.
     res = bench("sweep", "--scheduler", "memory", "--rates", "500,1000", "--slo-p99", "0.001ms",
-                "--out", str(tmp_path), *SHORT)
+                "--out", str(tmp_path), *SHORT, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     sweep_dir, data = the_sweep(tmp_path)
     mem = data["backends"]["memory"]
@@ -70,8 +65,8 @@ def test_a_backend_stops_at_the_first_rate_it_cannot_hold_after_one_retry(tmp_pa
     assert len([p for p in sweep_dir.iterdir() if p.is_dir()]) == 2
 
 
-def test_bad_rates_are_a_usage_error(tmp_path):
-    res = bench("sweep", "--scheduler", "memory", "--rates", "fast", "--out", str(tmp_path))
+def test_bad_rates_are_a_usage_error(bench, tmp_path):
+    res = bench("sweep", "--scheduler", "memory", "--rates", "fast", "--out", str(tmp_path), timeout=180)
     assert res.returncode == 2 and "invalid rate 'fast'" in res.stderr
     assert not list(tmp_path.iterdir())
 

@@ -21,7 +21,7 @@ import pytest
 
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
-from tests.conformance.promises import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"tick_s": 0.05, "lease_s": 1.0, "sweep_s": 0.2, "batch": 50, "max_per_tenant": 10}
@@ -87,7 +87,10 @@ async def test_two_run_loops_never_hold_the_same_row(pg_dsn, schema):
 
 
 async def test_small_tenants_all_in_first_batch_behind_10000_row_backlog(pg_dsn, schema):
-    s = await make(pg_dsn, schema, state_bytes=16, batch=100, max_per_tenant=10)
+    # One claim statement at a time: the promise is about what one claim takes. With several in
+    # flight (claimers, default 3) another claim, skipping the rows this one locked, may hand
+    # over a batch of the big tenant's rows first (seen on a busy machine: a "first batch" of 10).
+    s = await make(pg_dsn, schema, state_bytes=16, batch=100, max_per_tenant=10, claimers=1)
     runner = Runner(s)
     try:
         past = time.time() - 60
@@ -98,8 +101,8 @@ async def test_small_tenants_all_in_first_batch_behind_10000_row_backlog(pg_dsn,
         await s.arm(small)
         proc = RecordingProcessor()
         runner.start(proc, "w1")
-        assert await wait_until(lambda: len(proc.batches) >= 1, 10.0), "nothing was claimed"
-        first = proc.batches[0]
+        assert await wait_until(lambda: proc.first_claim(), 10.0), "nothing was claimed"
+        first = proc.first_claim()
         ids = {r.timer_id for r in first}
         missing = {t.id for t in small} - ids
         assert not missing, f"{len(missing)} of 90 small-tenant rows missing from the first batch of {len(first)}"
@@ -239,48 +242,6 @@ async def test_failed_batch_is_redelivered_after_its_lease(pg_dsn, schema):
 
 
 @dataclass
-class HeldRearmProcessor:
-    """Waits for ``release``, then re-arms every fire an hour out."""
-
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-    received: list[Fire] = field(default_factory=list)
-
-    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
-        self.received.extend(fires)
-        await self.release.wait()
-        return [Outcome(next_fire_at=time.time() + 3600) for _ in fires]
-
-    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
-        pass
-
-
-async def test_move_during_an_inflight_claim_wins_over_its_rearm(pg_dsn, schema):
-    s = await make(pg_dsn, schema)
-    proc = HeldRearmProcessor()
-    runner = Runner(s)
-    try:
-        await s.arm([Timer("moved", None), Timer("kept", None)])
-        runner.start(proc, "w1")
-        assert await wait_until(lambda: len(proc.received) == 2, 5.0), "the batch was not claimed"
-        moved_to = time.time() + 1.0
-        await s.arm([Timer("moved", moved_to)])  # waits for no lock: the claim has committed
-        proc.release.set()
-        assert await wait_until(lambda: len(proc.received) == 3, 5.0 + s.capabilities.max_lag_s), (
-            "the moved timer did not fire at its new time"
-        )
-        again = proc.received[2]
-        assert again.timer_id == "moved" and abs(again.due_at - moved_to) < 0.001, (
-            f"the batch's re-arm overwrote the move: fired {again.timer_id} due {again.due_at - moved_to:+.3f}s"
-        )
-        armed = {t.id: t.fire_at for t in await s.export_armed()}
-        assert armed["kept"] > time.time() + 3000, "the unmoved row did not take the batch's re-arm"
-        assert s.lost == 1, f"{s.lost} commits found their row moved; expected exactly the moved one"
-    finally:
-        await runner.stop_all()
-        await s.teardown(drop=True)
-
-
-@dataclass
 class StatefulProcessor:
     """Every poll finds news: a new encrypted state (random bytes) and an effect.
 
@@ -327,7 +288,8 @@ def table_stats(dsn: str, schema: str, min_state_updates: int, timeout_s: float 
     "state_bytes, inline_state",
     # seeds/003's layout: a 4 kB encrypted state in TOAST; and a state small enough to stay in
     # the row with room for a second version (a 4 kB inline state cannot be HOT: two versions
-    # do not fit in an 8 kB page; measure_knobs.py shows why it is still the cheaper default).
+    # do not fit in an 8 kB page; scripts/measure_pg_leased_knobs.py shows why it is still the
+    # cheaper default).
     [(4096, False), (1024, True)],
     ids=["toasted-4096", "inline-1024"],
 )

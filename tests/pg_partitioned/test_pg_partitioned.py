@@ -20,7 +20,7 @@ from metrics.sampler import SQL as SAMPLER_SQL
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
 from schedulers.pg_partitioned import PgPartitionedScheduler, partition_name
-from tests.conformance.promises import Runner, wait_until
+from tests.conformance.helpers import Runner, wait_until
 from tests.pg_partitioned.conftest import claim_buffers, partition_stats, settled_partition_stats, vacuum
 from tests.pg_queue.conftest import PollingProcessor
 

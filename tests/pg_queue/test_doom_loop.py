@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from schedulers.base import Timer
-from tests.conformance.promises import wait_until as _wait_for
+from tests.conformance.helpers import wait_until as _wait_for
 from tests.pg_queue.conftest import PollingProcessor, due_scan_buffers, make_scheduler, settled_stats, table_stats
 
 STATE_BYTES = 4096  # seeds/003: encrypted poll state, TOASTed

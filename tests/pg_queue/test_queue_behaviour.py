@@ -1,5 +1,6 @@
-"""pg_queue's own choices where the seed is silent: the table shape, moves during a claim, and
-the stale-claim timeout (no heartbeat)."""
+"""pg_queue's own choices where the seed is silent: the table shape and the stale-claim timeout
+(no heartbeat). A move during a claim is a promise of every backend: the conformance suite's
+``move_during_an_inflight_batch_wins_over_its_rearm``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Sequence
 import psycopg
 from psycopg import sql
 
-from schedulers.base import Fire, Outcome, Timer, us
+from schedulers.base import Fire, Outcome, Timer
 from tests.pg_queue.conftest import make_scheduler
-from tests.conformance.promises import wait_until as _wait_for
+from tests.conformance.helpers import wait_until as _wait_for
 
 
 @dataclass
@@ -59,32 +60,6 @@ async def test_table_is_wide_with_six_indexes_and_toasted_state(pg_dsn, schema, 
             ).fetchone()
             assert toast_bytes >= 20 * 4096, f"poll state is not stored out of line: TOAST holds {toast_bytes} bytes"
     finally:
-        await s.teardown(drop=True)
-
-
-async def test_move_during_claim_wins_over_the_in_flight_rearm(pg_dsn, schema, pg_queue_ctx):
-    s = await make_scheduler(pg_queue_ctx(256), tick_s=0.05, stale_claim_s=30.0, batch=10)
-    release = asyncio.Event()
-    proc = ScriptedProcessor(rearm_in_s=3600.0, release=release)  # the old fire would re-arm +1 h
-    stop = asyncio.Event()
-    task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
-    try:
-        await s.arm([Timer("mover", None)])
-        assert await _wait_for(lambda: len(proc.received) == 1, 5.0), "the timer was never claimed"
-        moved_to = us(time.time() + 1.0)
-        await s.arm([Timer("mover", moved_to)])  # moved while its old fire is being polled
-        proc.rearm_in_s = None  # the fire of the moved time finishes the timer
-        release.set()
-        assert await _wait_for(lambda: len(proc.received) == 2, 6.0), "the moved timer did not fire"
-        second = proc.received[1]
-        assert abs(second.due_at - moved_to) < 1e-3, f"fired for due_at {second.due_at}, moved to {moved_to}"
-        assert second.attempt == 1
-        assert s.fenced >= 1, "the old fire's commit was not fenced off"
-        assert await _wait_for(lambda: len(proc.committed_ids) == 2, 5.0)
-        assert await s.export_armed() == [], "the in-flight re-arm (+1 h) survived the move"
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
         await s.teardown(drop=True)
 
 

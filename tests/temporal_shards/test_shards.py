@@ -15,7 +15,7 @@ from typing import Sequence
 from schedulers.base import Fire, Outcome, Timer, us
 from schedulers.temporal_shards import TemporalShardsScheduler
 from schedulers.temporal_shards.ring import Ring
-from tests.conformance.promises import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
 
 FAST = dict(TemporalShardsScheduler.conformance_options)
 
@@ -54,6 +54,33 @@ async def finish(s: TemporalShardsScheduler, runner: Runner) -> None:
     await s.teardown(drop=True)
 
 
+async def arm_until_continued(
+    s: TemporalShardsScheduler, proc: RecordingProcessor, prefix: str, continued: int
+) -> list[Timer]:
+    """Arm 150 timers in 15 signals (history grows on both sides: signals in, batches out), wait
+    for them to fire, then keep arming rounds of 10 until the shard has continued as new
+    ``continued`` times (at most 45 more rounds); returns every timer armed.
+
+    How many history events a timer costs depends on how the shard's wakes coalesce: on a busy
+    machine a wake finds more timers due, so fewer wakes (and events) carry the same timers, and
+    150 timers alone fell short of the Continue-As-New threshold there (history 169 and 192 of a
+    200-event threshold)."""
+    now = time.time()
+    timers = [Timer(f"{prefix}-{i}", now + 0.3 + 0.02 * i) for i in range(150)]
+    for i in range(0, len(timers), 10):
+        await s.arm(timers[i : i + 10])
+    for round_ in range(46):
+        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
+        assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
+        if (await s.shard_report())["continue_as_new"] >= continued or round_ == 45:
+            return timers
+        now = time.time()
+        more = [Timer(f"{prefix}-r{round_}-{i}", now + 0.3 + 0.02 * i) for i in range(10)]
+        await s.arm(more)
+        timers += more
+    return timers
+
+
 async def test_shard_continues_as_new_without_losing_or_repeating_timers(make_ctx):
     # A small history bound forces several Continue-As-New while timers keep arriving as
     # signals and leaving as batches; the heap and the idempotency keys are carried across.
@@ -62,12 +89,7 @@ async def test_shard_continues_as_new_without_losing_or_repeating_timers(make_ct
     try:
         proc = RecordingProcessor()
         runner.start(proc, "w1")
-        now = time.time()
-        timers = [Timer(f"can-{i}", now + 0.3 + 0.02 * i) for i in range(150)]
-        for i in range(0, len(timers), 10):  # 15 signals: history grows on both sides
-            await s.arm(timers[i : i + 10])
-        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
-        assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
+        await arm_until_continued(s, proc, "can", continued=2)
         await asyncio.sleep(0.5)
         counts = {tid: len(proc.of(tid)) for tid in proc.ids()}
         assert all(c == 1 for c in counts.values()), {k: c for k, c in counts.items() if c > 1}
@@ -231,12 +253,7 @@ async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_d
         try:
             proc = RecordingProcessor()
             runner.start(proc, "w1")
-            now = time.time()
-            timers = [Timer(f"sug-{i}", now + 0.3 + 0.02 * i) for i in range(150)]
-            for i in range(0, len(timers), 10):
-                await s.arm(timers[i : i + 10])
-            ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
-            assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
+            timers = await arm_until_continued(s, proc, "sug", continued=1)
             await asyncio.sleep(0.5)
             assert all(len(proc.of(t.id)) == 1 for t in timers), "a timer fired twice across Continue-As-New"
             stats = await s.shard_report()

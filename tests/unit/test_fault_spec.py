@@ -56,10 +56,11 @@ def _write_run(tmp_path, rows, faults, max_lag_s=1.0, arm_start=1000.0):
     return tmp_path
 
 
-def fire(tid, due, fired, effect=False, worker="w0"):
+def fire(tid, due, fired, effect=False, worker="w0", external=None, held=None):
     return {"timer_id": tid, "tenant_id": "t0", "type": "poll", "due_at": due, "armed_at": due - 10,
             "fired_at": fired, "lag_s": None if fired is None else fired - due, "attempt": 0 if fired is None else 1,
-            "worker": worker, "batch": 0, "effect_delivered": effect, "warmup": False}
+            "worker": worker, "batch": 0, "effect_delivered": effect, "warmup": False,
+            "external_effect": effect if external is None else external, "held_at_end": held}
 
 
 def span(text, kind, start, end):
@@ -68,12 +69,14 @@ def span(text, kind, start, end):
 
 def test_a_crash_owns_the_redelivery_of_what_it_lost_even_after_the_next_fault(tmp_path):
     rows = [
-        fire("a", 1009.8, 1010.0, effect=False),  # in the killed batch: received, never committed
+        # in the killed batch: received, its webhook sent, never committed
+        fire("a", 1009.8, 1010.0, effect=False, external=True),
         fire("a", 1009.8, 1016.0, effect=True),  # redelivered 6 s later, after the restart began
         fire("b", 1011.0, 1011.2),
         fire("c", 1015.5, 1015.6, effect=True),  # due during the restart, on time
         fire("c", 1015.5, 1017.0, effect=True),  # a doubled effect: the key should have stopped it
-        fire("d", 1016.0, None),  # due during the restart, never came
+        fire("d", 1016.0, None, held=False),  # due during the restart, never came, not held: lost
+        fire("f", 1016.5, None, held=True),  # due during the restart, never came, still held: pending
         fire("e", 1020.0, 1020.1),  # on time again
     ]
     run = _write_run(tmp_path, rows, [
@@ -82,11 +85,12 @@ def test_a_crash_owns_the_redelivery_of_what_it_lost_even_after_the_next_fault(t
         {"text": "hold-snapshot@99s:5s", "kind": "hold-snapshot", "start": None, "end": None, "note": "not fired"},
     ])
     kill, restart, unfired = fault_summary(run)
-    assert (kill["duplicate_fires"], kill["duplicate_effects"], kill["missed"]) == (1, 0, 0)
+    assert (kill["duplicate_fires"], kill["duplicate_effects"], kill["lost"], kill["pending"]) == (1, 0, 0, 0)
+    assert kill["duplicate_external_effects"] == 1  # at-least-once: the webhook went out twice
     assert kill["late_fires"] == 1 and kill["lag_peak_ms"] == pytest.approx(6200.0)
     assert kill["time_to_recover_s"] == pytest.approx(5.0)  # redelivered 5 s after the replacement started
     assert kill["start_s"] == pytest.approx(10.0)
-    assert (restart["duplicate_fires"], restart["duplicate_effects"], restart["missed"]) == (1, 1, 1)
+    assert (restart["duplicate_fires"], restart["duplicate_effects"], restart["lost"], restart["pending"]) == (1, 1, 1, 1)
     assert restart["time_to_recover_s"] == pytest.approx(1.5)  # c's late duplicate at 1017.0
     assert unfired == {"spec": "hold-snapshot@99s:5s", "kind": "hold-snapshot", "fired": False, "note": "not fired"}
 
@@ -102,7 +106,7 @@ def test_a_fault_without_late_fires_recovers_at_once(tmp_path):
     rows = [fire("a", 1000.0, 1000.1), fire("b", 1004.0, 1004.2)]
     run = _write_run(tmp_path, rows, [span("hold-snapshot@3s:5s", "hold-snapshot", 1003.0, 1008.0)])
     (f,) = fault_summary(run)
-    assert f["time_to_recover_s"] == 0.0 and f["missed"] == 0 and f["fires"] == 1
+    assert f["time_to_recover_s"] == 0.0 and f["lost"] == 0 and f["pending"] == 0 and f["fires"] == 1
 
 
 def test_a_run_without_faults_has_no_fault_summary(tmp_path):

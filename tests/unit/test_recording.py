@@ -43,69 +43,113 @@ def fires_for(pop, idx, due, attempt=1):
     return [Fire(pop.ids[i], pop.tenants[i], "poll", d, d - 1, attempt, "w0", 0) for i, d in zip(idx, due)]
 
 
-def test_outcomes_rearm_after_the_interval_and_effects_carry_new_state(tmp_path):
+def test_fixed_cadence_rearms_at_previous_due_plus_interval(tmp_path):
     w, pop, rec, proc = make(tmp_path, error_rate=0.0, new_event_rate=1.0, state_size=64)
     now = time.time()
-    fires = fires_for(pop, [0, 1, 2], [now - 0.5] * 3)
-    outs = asyncio.run(proc.process(fires))
-    done = time.time()
+    due = np.round(now - 0.5 - np.arange(3), 6)  # 0.5 to 2.5 s late: less than one interval
+    proc.note_armed(np.arange(3), due, now - 30)
+    outs = asyncio.run(proc.process(fires_for(pop, [0, 1, 2], due)))
     for i, o in enumerate(outs):
         assert o.effect is True and len(o.new_state) == 64
+        assert o.next_fire_at == pytest.approx(due[i] + pop.interval_s[i], abs=2e-6)  # not when the poll ended
+    assert rec.rows == 3 and len(proc.skipped_due) == 0
+
+
+def test_after_poll_cadence_rearms_an_interval_after_the_poll(tmp_path):
+    w, pop, rec, proc = make(tmp_path, error_rate=0.0, cadence="after-poll")
+    now = time.time()
+    outs = asyncio.run(proc.process(fires_for(pop, [0, 1, 2], [now - 0.5] * 3)))
+    done = time.time()
+    for i, o in enumerate(outs):
         assert now + pop.interval_s[i] - 0.01 <= o.next_fire_at <= done + pop.interval_s[i] + 0.01
-    assert rec.rows == 3
 
 
-def test_errors_back_off_and_leave_state_alone(tmp_path):
+def test_a_fire_more_than_one_interval_late_fires_once_and_realigns(tmp_path):
+    w, pop, rec, proc = make(tmp_path, error_rate=0.0)
+    iv = pop.interval_s[0]
+    now = time.time()
+    due = round(now - 2.5 * iv, 6)  # 2.5 intervals late: the grid times due+iv and due+2iv went by
+    proc.note_armed(np.array([0]), np.array([due]), now - 100)
+    (out,) = asyncio.run(proc.process(fires_for(pop, [0], [due])))
+    assert out.next_fire_at == pytest.approx(due + 3 * iv, abs=2e-6)  # the first grid time after now
+    assert proc.skipped_due == pytest.approx([due + iv, due + 2 * iv])
+
+
+def test_errors_back_off_and_a_retry_keeps_its_grid(tmp_path):
     w, pop, rec, proc = make(tmp_path, error_rate=1.0, retry_backoff="1s")
     now = time.time()
-    first = asyncio.run(proc.process(fires_for(pop, [0], [now])))[0]
+    due = round(now, 6)
+    proc.note_armed(np.array([0]), np.array([due]), now - 10)
+    first = asyncio.run(proc.process(fires_for(pop, [0], [due])))[0]
     second = asyncio.run(proc.process(fires_for(pop, [0], [first.next_fire_at])))[0]
     assert first.effect is False and first.new_state is None
     assert first.next_fire_at - now == pytest.approx(1.0, abs=0.05)
     assert second.next_fire_at - time.time() == pytest.approx(2.0, abs=0.05)  # doubled
+    proc.w.error_rate = 0.0  # the provider recovers: the next fire is back on the grid
+    third = asyncio.run(proc.process(fires_for(pop, [0], [second.next_fire_at])))[0]
+    assert third.next_fire_at == pytest.approx(due + pop.interval_s[0], abs=2e-6)
 
 
-def test_missed_fires_are_armed_times_never_received(tmp_path):
+def test_a_stale_redelivery_does_not_move_the_bookkeeping_back(tmp_path):
+    w, pop, rec, proc = make(tmp_path, error_rate=0.0)
+    now = time.time()
+    d1 = round(now - 100, 6)
+    proc.note_armed(np.array([0]), np.array([d1]), now - 200)
+    (o1,) = asyncio.run(proc.process(fires_for(pop, [0], [d1])))
+    (o2,) = asyncio.run(proc.process(fires_for(pop, [0], [o1.next_fire_at])))
+    armed, received = proc.armed_due[0], proc.received_due[0]
+    asyncio.run(proc.process(fires_for(pop, [0], [d1], attempt=2)))  # an old redelivery arrives late
+    assert proc.armed_due[0] == armed == pytest.approx(o2.next_fire_at)
+    assert proc.received_due[0] == received == pytest.approx(o1.next_fire_at)
+
+
+def test_undelivered_fires_are_pending_when_the_backend_holds_them_and_lost_when_not(tmp_path):
     w, pop, rec, proc = make(tmp_path)
     now = time.time()
-    proc.note_armed(np.array([0, 1, 2]), np.array([now - 10, now - 10, now + 100]), now - 20)
+    proc.note_armed(np.arange(5), np.array([now - 10, now - 10, now - 10, now - 10, now + 100]), now - 20)
     asyncio.run(proc.process(fires_for(pop, [0], [round(now - 10, 6)])))
-    assert proc.outstanding(now).tolist() == [1]  # 0 fired, 2 not due yet
-    missed = proc.missed_table(now, now - 100)
-    assert missed.num_rows == 1 and missed.column("fired_at").null_count == 1
+    assert proc.outstanding(now).tolist() == [1, 2, 3]  # 0 fired, 4 not due yet
+    held = {pop.ids[1]: round(now - 10, 6),  # held at its due: pending
+            pop.ids[2]: round(now - 12, 6),  # held at an earlier due (an uncommitted re-arm): pending
+            pop.ids[3]: round(now + 50, 6)}  # held later: it moved past a fire it never delivered: lost
+    t = proc.undelivered_table(now, now - 100, held)
+    assert t.num_rows == 3 and t.column("fired_at").null_count == 3
+    assert t.column("held_at_end").to_pylist() == [True, True, False]
+    del held[pop.ids[1]]  # not held at all: lost
+    assert proc.undelivered_table(now, now - 100, held).column("held_at_end").to_pylist() == [False, True, False]
+    assert proc.undelivered_table(now, now - 100, None).column("held_at_end").null_count == 3  # not asked
 
 
-def write_run(tmp_path, rows, window, workload=None):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    rundir.write_json(run_dir / rundir.CONFIG, {"scheduler": "x", "workload": workload or {"name": "w", "rate_per_s": 2.0},
-                                               "window": window})
-    import pyarrow as pa
-
-    cols = {name: [r[i] for r in rows] for i, name in enumerate(rundir.FIRES_SCHEMA.names)}
-    pq.write_table(pa.table(cols, schema=rundir.FIRES_SCHEMA), run_dir / rundir.FIRES)
-    return run_dir
+def test_fires_received_after_arming_stops_are_finished(tmp_path):
+    w, pop, rec, proc = make(tmp_path)
+    now = time.time()
+    proc.note_armed(np.array([0]), np.array([round(now - 1, 6)]), now - 10)
+    proc.rearm_until = now - 0.1  # the drain began
+    (out,) = asyncio.run(proc.process(fires_for(pop, [0], [round(now - 1, 6)])))
+    assert out.next_fire_at is None and np.isnan(proc.armed_due[0])
+    assert proc.outstanding(time.time() + 1000).size == 0
 
 
-def test_summary_counts_duplicates_missed_and_the_window(tmp_path):
-    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 20.0, "grace_s": 2.0}
-    rows = [
-        # timer, tenant, type, due, armed, fired, lag, attempt, worker, batch, effect, warmup
-        ("a", "t", "poll", 1.0, 0.0, 1.1, 0.1, 1, "w", 0, True, True),  # warm-up
-        ("a", "t", "poll", 11.0, 1.1, 11.2, 0.2, 1, "w", 1, True, False),
-        ("a", "t", "poll", 11.0, 1.1, 11.4, 0.4, 2, "w", 2, True, False),  # duplicate fire and effect
-        ("b", "t", "poll", 12.0, 0.0, 12.3, 0.3, 1, "w", 1, False, False),
-        ("b", "t", "poll", 19.9, 0.0, 20.5, 0.6, 1, "w", 3, False, False),  # after the window
-        ("c", "t", "poll", 13.0, 0.0, None, None, 0, "", -1, False, False),  # missed
-    ]
-    s = rundir.compute_summary(write_run(tmp_path, rows, W))
-    assert s["fires"] == 3 and s["measured_s"] == 10.0 and s["warmup_s"] == 10.0
-    assert s["achieved_rate"] == pytest.approx(0.3)
-    assert (s["missed"], s["duplicate_fires"], s["duplicate_effects"]) == (1, 1, 1)
-    assert s["lag_ms"]["max"] == pytest.approx(400.0)
-    assert s["dead_tuples"]["table_peak"] is None  # no relations sampled
-    assert any("rate not held" in w for w in s["warnings"])
-    assert any("missed" in w for w in s["warnings"]) and any("duplicate effects" in w for w in s["warnings"])
+def test_external_effects_are_noted_as_each_poll_finishes_even_in_a_killed_batch(tmp_path):
+    w, pop, rec, proc = make(tmp_path, error_rate=0.0, new_event_rate=1.0)
+    # two polls of the batch have finished, two take another minute (the batch waits for its slowest)
+    proc._poll_latency = lambda n, now: np.array([now - 0.01, now - 0.01, now + 60.0, now + 60.0])
+    fires = fires_for(pop, [0, 1, 2, 3], [time.time() - 1] * 4)
+
+    async def killed() -> None:
+        task = asyncio.create_task(proc.process(fires))
+        while rec.rows < 4:  # received: the batch is now in its polls
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        task.cancel()  # a crash mid-batch
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(killed())
+    rec.close()
+    flags = rundir.read_fires(tmp_path).column("external_effect").to_pylist()
+    assert flags == [True, True, False, False]  # the finished polls' webhooks went out; the others never
+    assert proc.external_effects == 2
 
 
 def test_recorder_flushes_in_batches_and_fixes_late_effects(tmp_path):
@@ -115,15 +159,18 @@ def test_recorder_flushes_in_batches_and_fixes_late_effects(tmp_path):
     rec.receive(fires, old)  # received long ago: old enough to be written
     asyncio.run(rec.maybe_flush(time.time()))
     assert rec._written == 2 and rec.segments == 1
+    rec.external(fires[1:])  # a webhook sent after its row was written (a slow poll)
     rec.committed(fires, [True, False])  # the commit arrives after the rows were written
     rec.close()
     assert rec.late_effects == 1
     # read from the segments (a killed run) and from the compacted file alike
     assert rundir.read_fires(tmp_path).column("effect_delivered").to_pylist() == [True, False]
+    assert rundir.read_fires(tmp_path).column("external_effect").to_pylist() == [False, True]
     rundir.write_json(tmp_path / rundir.CONFIG, {"window": {}})
     rundir.compact(tmp_path)
     t = pq.read_table(tmp_path / "fires.parquet")
     assert t.column("effect_delivered").to_pylist() == [True, False]
+    assert t.column("external_effect").to_pylist() == [False, True]
     assert not (tmp_path / rundir.SEGMENTS_DIR).exists()
 
 
@@ -160,8 +207,8 @@ def test_polls_queue_on_the_bounded_poller_lanes(tmp_path):
 
 def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path):
     """No summary.json, nobody holding run.lock: the figures come from the closed segments, the
-    window ends at the last fire, missed fires are not judged (None, not 0)."""
-    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 100.0, "grace_s": 2.0}
+    window ends at the last fire, pending and lost fires are not judged (None, not 0)."""
+    W = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 100.0, "drain_limit_s": 180.0}
     run_dir = tmp_path / "run"
     seg = run_dir / rundir.SEGMENTS_DIR
     seg.mkdir(parents=True)
@@ -173,7 +220,7 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
         cols = {name: [] for name in rundir.FIRES_SCHEMA.names}
         for i, f in enumerate(fired):
             for name, v in zip(rundir.FIRES_SCHEMA.names, (f"t{f}", "t", "poll", f - 0.1, 0.0, f, 0.1, 1, "w0", i,
-                                                           False, f < 10.0)):
+                                                           False, f < 10.0, False, None)):
                 cols[name].append(v)
         return pa.table(cols, schema=rundir.FIRES_SCHEMA)
 
@@ -194,6 +241,8 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
     s = rundir.interrupted_summary(run_dir)
     assert s["complete"] is False and s["incomplete_reason"].startswith("interrupted at T+21 s")
     assert s["fires"] == 5 and s["measured_s"] == pytest.approx(10.0)  # the window ends at the last fire (20)
-    assert s["missed"] is None and any("not judged" in w for w in s["warnings"])
+    assert s["outcomes"]["lost"] is None and s["outcomes"]["pending"] is None and s["correct"] is None
+    assert any("not judged" in w for w in s["warnings"])
+    assert s["lag_ms"]["p50"] == pytest.approx(100.0)  # over the delivered fires, as the warning says
     rundir.write_json(run_dir / rundir.SUMMARY, s)
     assert rundir.run_state(run_dir) == "finished"

@@ -13,7 +13,8 @@ from reports.report import FailedRun, build_report
 def run(scheduler, migration=None, **summary) -> Run:
     base = {"complete": True, "scheduler": scheduler, "target_rate": 10.0, "achieved_rate": 10.0,
             "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
-            "missed": 0, "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+            "outcomes": {"due": 10, "on_time": 10, "late": 0, "pending": 0, "lost": 0}, "lost_in_warmup": 0,
+               "correct": True, "failures": [], "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
     base.update(summary)
     return Run(path=Path(f"/runs/x-{scheduler}"), config={"scheduler": scheduler}, summary=base,
                fires=pd.DataFrame(), samples=pd.DataFrame(), migration=migration, label=scheduler)

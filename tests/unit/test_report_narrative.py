@@ -9,11 +9,18 @@ from reports.narrative import dead_tuple_growth, sentences
 from reports.tables import build_summary_table
 
 
-def run(scheduler, dead=None, **summary) -> Run:
-    base = {"complete": True, "scheduler": scheduler, "target_rate": 100.0, "achieved_rate": 100.0,
-            "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0}, "warmup_s": 2.0,
-            "missed": 0, "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+def run(scheduler, dead=None, lost=0, **summary) -> Run:
+    base = {"complete": True, "scheduler": scheduler, "target_rate": 100.0, "offered_rate": 100.0,
+            "achieved_rate": 100.0, "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
+            "warmup_s": 2.0, "on_time_s": 10.0, "drained_s": 0.5, "steady_state": True, "cycles_per_trigger": 3.0,
+            "outcomes": {"due": 100, "on_time": 100 - lost, "late": 0, "pending": 0, "lost": lost},
+            "lost_in_warmup": 0, "correct": lost == 0, "failures": [f"{lost} fires lost"] if lost else [],
+            "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
     base.update(summary)
+    if "rate_held" not in summary:
+        from metrics.rundir import rate_held
+
+        base["rate_held"] = rate_held(base["target_rate"], base["offered_rate"], base["achieved_rate"])[0]
     rows = []
     for i, v in enumerate(dead or []):
         for scope, k in (("s.timers", 1.0), ("s.state", 1.0), ("s.timers#toast", 0.5)):
@@ -31,9 +38,27 @@ def test_lowest_p99_among_backends_that_held_the_rate():
     out = say(run("fast_but_slow_rate", achieved_rate=50.0, lag_ms={"p99": 1.0}),
               run("b", lag_ms={"p99": 40.0}), run("c", lag_ms={"p99": 20.0}))
     best = [s for s in out if "lowest p99" in s.text]
-    assert len(best) == 1 and "c had the lowest p99 lag: 20.00 ms" in best[0].text and "b 40.00 ms" in best[0].text
-    assert "Lag p99" in best[0].cite
-    assert any("fast_but_slow_rate did not hold its target rate: 50.00 of 100.0 fires/s" in s.text for s in out)
+    assert len(best) == 1 and "c had the lowest p99 lag over every due fire: 20.00 ms" in best[0].text
+    assert "b 40.00 ms" in best[0].text and "Lag p99" in best[0].cite
+    assert any("fast_but_slow_rate did not hold its target rate: it achieved 50.00 of the 100.0 fires/s offered" in s.text
+               for s in out)
+
+
+def test_a_p99_among_undelivered_fires_ranks_last_and_says_so():
+    out = say(run("b", lag_ms={"p99": "not delivered"}), run("c", lag_ms={"p99": 20.0}))
+    best = next(s for s in out if "lowest p99" in s.text)
+    assert "c had the lowest" in best.text and "b not delivered" in best.text
+
+
+def test_an_offered_rate_short_of_the_target_is_said_with_the_skipped_periods():
+    out = say(run("a", offered_rate=80.0, achieved_rate=80.0, skipped_periods=120))
+    s = next(s for s in out if "did not hold" in s.text)
+    assert "offered 80.0% of the 100.0 fires/s target" in s.text and "120 periods skipped" in s.text
+
+
+def test_a_window_that_is_not_steady_state_is_said():
+    out = say(run("a", steady_state=False, cycles_per_trigger=0.7))
+    assert any("a's window was not steady state (0.70 cycles per trigger" in s.text for s in out)
 
 
 def test_no_backend_named_when_none_held_the_rate():
@@ -94,13 +119,18 @@ def test_tuning_and_design_are_told_apart():
 
 
 def test_every_sentence_cites_a_table_row_or_figure():
-    out = say(run("memory"), run("a", missed=2, duplicate_fires=3, hot_ratio=0.5, dead=[1, 2, 3, 4]))
+    out = say(run("memory"), run("a", lost=2, duplicate_fires=3, duplicate_external_effects=2, hot_ratio=0.5,
+                                 dead=[1, 2, 3, 4]))
     assert out and all(s.cite.startswith(("Table 1", "Figure")) for s in out)
-    assert any("a missed 2 fires" in s.text for s in out)
-    assert any("3 duplicate fires, none of which produced a duplicate effect" in s.text for s in out)
+    assert any("a FAILED its correctness promise: 2 fires lost" in s.text for s in out)
+    assert any("Of the 100 fires due in a's window, 98 were on time (lag ≤ 10 s), 0 late, 0 still pending after "
+               "the 0.5 s drain and 2 lost" in s.text for s in out)
+    assert any("At-least-once in a: 3 duplicate fires, 2 duplicate external effects (a webhook sent twice); the keyed "
+               "effects stayed de-duplicated (0 duplicates)" in s.text for s in out)
+    assert not any("Every run kept the correctness promise" in s.text for s in out)
 
 
 def test_a_single_backend_that_held_the_rate_is_not_called_the_lowest():
     out = say(run("a", achieved_rate=40.0), run("b", lag_ms={"p99": 7.0}))
-    assert any("b was the only backend that completed and held its target rate" in s.text and "7.00 ms" in s.text for s in out)
+    assert any("b was the only backend that completed and held its rate" in s.text and "7.00 ms" in s.text for s in out)
     assert not any("lowest p99" in s.text for s in out)

@@ -56,3 +56,38 @@ async def test_sampler_reads_table_and_toast_stats_as_deltas(pg_dsn, schema, tmp
     assert ("run", "oldest_xact_age_s") in latest
     sampler.save()
     assert rundir.read_samples(tmp_path).num_rows == sum(1 for _ in latest)  # one segment: this sample
+
+
+async def test_sampling_goes_on_while_a_segment_is_written(tmp_path, monkeypatch):
+    """The segment closed every few samples is written in the background: a slow write (seconds
+    on a busy machine) must not hold the next samples back, and the loop ends only after it has
+    finished."""
+    import metrics.sampler as sampler_mod
+
+    monkeypatch.setattr(sampler_mod, "SAMPLE_EVERY_S", 0.01)
+    now = time.time()
+    sampler = Sampler(OneTable("s"), FireRecorder(tmp_path / "segments", now, now + 60), None, tmp_path)
+    taken, written = [], asyncio.Event()
+    release = asyncio.Event()
+
+    async def sample() -> None:
+        taken.append(len(taken))
+
+    async def slow_copy() -> None:
+        await release.wait()  # a write that takes as long as the test wants
+        written.set()
+
+    monkeypatch.setattr(sampler, "sample", sample)
+    monkeypatch.setattr(sampler, "save_async", slow_copy)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(sampler.loop(stop))
+    deadline = time.time() + 30
+    while len(taken) < 25 and time.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert len(taken) >= 25, f"sampling stopped at {len(taken)} samples while a segment was being written"
+    stop.set()
+    await asyncio.sleep(0.05)
+    assert not loop.done(), "the loop returned before the segment it started was written"
+    release.set()
+    await asyncio.wait_for(loop, 5)
+    assert written.is_set()

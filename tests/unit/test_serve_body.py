@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from loadgen.processor import merge_state
+from loadgen.processor import PollingProcessor, merge_state
 from metrics.parts import count_double_held
 from harness.node_api import MAX_TIMERS_PER_PUT, BadTimers, parse_timers
 from loadgen.arm_shape import parse_shape, users_at
@@ -73,10 +73,12 @@ def test_too_many_timers_in_one_request_is_rejected():
 
 
 def _proc(n: int):
-    return SimpleNamespace(armed_due=np.full(n, np.nan), armed_at=np.full(n, np.nan), received_due=np.full(n, np.nan))
+    proc = SimpleNamespace(armed_due=np.full(n, np.nan), armed_at=np.full(n, np.nan), received_due=np.full(n, np.nan))
+    proc.outstanding = lambda before: PollingProcessor.outstanding(proc, before)
+    return proc
 
 
-def test_merge_takes_the_latest_arm_and_a_receipt_of_it_from_any_node():
+def test_merge_takes_the_latest_arm_and_the_latest_receipt_of_any_node():
     run = _proc(3)
     run.armed_due[:] = [10.0, 20.0, 30.0]  # the initial arms, in the run process
     run.armed_at[:] = [1.0, 1.0, 1.0]
@@ -92,6 +94,7 @@ def test_merge_takes_the_latest_arm_and_a_receipt_of_it_from_any_node():
     assert run.received_due[2] == 30.0  # received the latest arm: not outstanding
     assert run.received_due[0] == 110.0 and run.armed_due[0] == 210.0  # 210 still outstanding
     assert math.isnan(run.received_due[1])
+    assert run.outstanding(200.0).tolist() == [1] and run.outstanding(300.0).tolist() == [0, 1]
 
 
 def test_merge_refuses_a_node_with_another_population():

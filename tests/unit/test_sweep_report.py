@@ -17,14 +17,15 @@ from reports.report import build_report
 def run_in(directory: Path, scheduler: str) -> Run:
     summary = {"complete": True, "scheduler": scheduler, "target_rate": 10.0, "achieved_rate": 10.0,
                "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
-               "missed": 0, "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+               "outcomes": {"due": 10, "on_time": 10, "late": 0, "pending": 0, "lost": 0}, "lost_in_warmup": 0,
+               "correct": True, "failures": [], "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
     return Run(path=directory / f"20261130-000000-{scheduler}", config={"scheduler": scheduler}, summary=summary,
                fires=pd.DataFrame(), samples=pd.DataFrame(), label=scheduler)
 
 
 def entry(rate, held, p99, writes, reason=None):
     return {"rate": rate, "run_dir": f"runs/x-{rate}", "exit_code": 0, "achieved": rate * (1 if held else 0.5),
-            "p50_ms": 1.0, "p99_ms": p99, "max_ms": p99, "missed": 0, "writes_per_fire": writes,
+            "p50_ms": 1.0, "p99_ms": p99, "max_ms": p99, "late": 0, "pending": 0, "lost": 0, "writes_per_fire": writes,
             "wal_bytes_per_fire": None, "held": held, "reason": reason}
 
 

@@ -1,10 +1,10 @@
 """Writes per fire and HOT ratio of pg_leased, per HOT knob setting.
 
-    .venv/bin/python -m tests.pg_leased.measure_knobs [--triggers 2000] [--cycles 5] [--change 0.3]
+    .venv/bin/python scripts/measure_pg_leased_knobs.py [--triggers 2000] [--cycles 5] [--change 0.3]
 
 For each setting: a fresh database of its own (so no other session's snapshot holds back
-pruning, see ``conftest.py``), ``--triggers`` timers with a 4 kB incompressible poll state
-(seeds/003: TOASTed encrypted state), one run loop, a processor that re-arms every fire
+pruning, see ``tests/pg_leased/conftest.py``), ``--triggers`` timers with a 4 kB incompressible
+poll state (seeds/003: TOASTed encrypted state), one run loop, a processor that re-arms every fire
 0-0.5 s later (so fires come in shuffled order, as with 60-120 s intervals) and finds news with
 probability ``--change`` (a new state and an effect). After ``--cycles`` fires per trigger the
 pool closes, statistics are flushed, and the tuple counters of every table *and its TOAST
