@@ -27,6 +27,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "report": "bench.report_cmd:report",
     "compare": "bench.compare_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",
+    "capacity": "bench.capacity_cmd:capacity",
     "serve": "bench.serve_cmd:serve",
     "inspect": "bench.inspect_cmd:inspect",
     "capture": "bench.capture_cmd:capture",

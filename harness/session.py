@@ -29,6 +29,7 @@ Subclasses (the migration rehearsal, :mod:`harness.migration_run`) hook in throu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import importlib.metadata
 import math
@@ -171,6 +172,7 @@ class RunSession:
             "scheduler": self.cls.name,
             "label": self.label,
             "options": self.options,
+            "capabilities": getattr(self, "capabilities", None),
             "workload": asdict(self.w),
             "environment": self.environment,
             "dsn": stack.redact_dsn(self.dsn) if self.dsn else None,
@@ -226,6 +228,8 @@ class RunSession:
                                state_bytes=self.w.state_bytes)
             scheduler = self.make_scheduler(ctx)
             self.options = dict(getattr(scheduler, "options", self.options))  # as the backend resolved them
+            # what the design promises with these options (its lag bound is the report's default SLO)
+            self.capabilities = dataclasses.asdict(scheduler.capabilities)
             self._write_config()
             if self.dsn:
                 from harness.schemas import SchemaLease

@@ -126,14 +126,14 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
          f"workload: {data['workload']['note']}; {plan.duration} measured + {plan.warmup or f'{plan.warmup_s:g}s'} "
          f"warm-up per rate\n")
 
-    data["pgbench"] = _ceiling(plan, sweep_dir, echo)
+    data["pgbench"] = pgbench_ceiling(plan.pgbench, plan.dsn, plan.pgbench_s, sweep_dir, echo)
     rundir.write_json(path, data)
 
     failures: list[FailedRun] = []
     run_dirs: list[str] = []
     interrupted = False
     for name in plan.names:
-        max_lag_s = _declared_max_lag_s(name, None)
+        max_lag_s = declared_max_lag_s(name, None)
         backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides, max_lag_s)
         backend_warmup_s = warmup_for(plan.warmup_s, max_lag_s)
         backend: dict[str, Any] = {"rates": {}, "max_sustainable_rate": None, "stopped_at": None, "stop_reason": None,
@@ -161,7 +161,7 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
                 if child.run_dir is not None and plan.slo_overrides.get(name) == MAX_LAG:
                     # the bound of the options the run really used (--opt may change it)
                     backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides,
-                                                         _declared_max_lag_s(name, child.run_dir))
+                                                         declared_max_lag_s(name, child.run_dir))
                     backend.update(slo_p99_ms=backend_slo_ms, slo_source=slo_source)
                 held, why = judge(summary, rate, backend_slo_ms, child.exit_code)
                 entry = _entry(rate, child.run_dir, child.exit_code, summary, held, why)
@@ -212,7 +212,7 @@ def _new_sweep_dir(out_dir: Path, started: float) -> Path:
     return sweep_dir
 
 
-def _declared_max_lag_s(name: str, run_dir: Path | None) -> float | None:
+def declared_max_lag_s(name: str, run_dir: Path | None) -> float | None:
     """The backend's declared max lag (``capabilities.max_lag_s``) for the options a run used
     (its config.json), or for its defaults; None when it cannot be built offline. Building a
     scheduler connects to nothing (``setup()`` does)."""
@@ -259,22 +259,24 @@ def _entry(rate: float, made: Path | None, code: int, summary: dict[str, Any] | 
     }
 
 
-def _ceiling(plan: SweepPlan, sweep_dir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
-    """The pgbench ceiling as sweep.json holds it; ``skipped`` says why when there is none."""
-    if not plan.pgbench:
+def pgbench_ceiling(enabled: bool, dsn: str | None, duration_s: float, out_dir: Path,
+                    echo: Callable[[str], None]) -> dict[str, Any]:
+    """The pgbench ceiling as sweep.json (and capacity.json) hold it; ``skipped`` says why when
+    there is none."""
+    if not enabled:
         return {"skipped": "disabled by --no-pgbench", "rows_per_s": None, "results": []}
     from harness import stack
     from loadgen import pgbench
 
     try:
-        resolved = stack.resolve(plan.dsn, None, False, say=lambda m: echo(f"note: {m}\n")).dsn
+        resolved = stack.resolve(dsn, None, False, say=lambda m: echo(f"note: {m}\n")).dsn
     except BenchError as exc:
         return {"skipped": f"no Postgres for pgbench: {exc}", "rows_per_s": None, "results": []}
     try:
         bin_dir = stack.pg_bin_dir()
     except BenchError:
         bin_dir = None
-    ceiling = pgbench.measure(resolved, pgbench.find_pgbench(bin_dir), sweep_dir, duration_s=plan.pgbench_s,
+    ceiling = pgbench.measure(resolved, pgbench.find_pgbench(bin_dir), out_dir, duration_s=duration_s,
                               say=lambda m: echo(f"== {m}\n"))
     result = ceiling.to_json()
     result["command"] = redact_argv(result.get("command") or [])

@@ -3,7 +3,7 @@
 ``runs/<YYYYmmdd-HHMMSS>-<scheduler>/`` holds:
 
 ``config.json``
-    ``scheduler``, ``options`` (resolved), ``workload`` (resolved, every field),
+    ``scheduler``, ``options`` (resolved), ``capabilities`` (what the design promises with them: ``max_lag_s`` ...), ``workload`` (resolved, every field),
     ``environment`` (python, platform, cpus, memory_bytes, postgres_version,
     postgres_settings, temporal_version, timerbench_version, git_commit), ``dsn`` (no password),
     ``temporal_address``, ``started_at``, ``argv``, ``window`` and ``load``. ``window``:

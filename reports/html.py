@@ -12,9 +12,11 @@ from typing import Callable
 
 from reports import fmt
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
+from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
 from reports.plots import scheduler_colour
 from reports.model import Report
+from reports.capacity import section_capacity_html
 from reports.sweep import section_sweep_html
 from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
                             how_to_read_report, migration_lag_rows, run_checks, warning_lines)
@@ -45,6 +47,7 @@ figure img{max-width:100%} figcaption{color:#444;font-size:13px}
 details{margin:4px 0} pre{white-space:pre-wrap;font-size:12px;background:#f4f4f4;padding:8px}
 td.na{color:#8a6d00} .notes{font-size:12px;color:#444} .notes li{margin:2px 0}
 td.q{text-align:left;font-family:ui-monospace,monospace;font-size:11px;max-width:620px;overflow-wrap:anywhere}
+.pick{font-size:17px;font-weight:700;margin:8px 0}
 .verdict-go{color:#1d7a1d;font-size:20px;font-weight:700} .verdict-nogo{color:#b3261e;font-size:20px;font-weight:700}
 """
 
@@ -301,16 +304,41 @@ def section_runs(report: Report) -> str:
 
 
 # The page, in order. A new kind of run adds its renderer here.
+def section_recommendation(report: Report) -> str:
+    d = report.decision
+    return blocks_html(recommendation_blocks(d), "recommendation") if d else ""
+
+
+def section_gate(report: Report) -> str:
+    d = report.decision
+    return blocks_html(gate_blocks(d), "gate") if d else ""
+
+
+def section_fairness(report: Report) -> str:
+    d = report.decision
+    return blocks_html(fairness_blocks(d, report.runs), "fairness") if d else ""
+
+
+def section_per_day(report: Report) -> str:
+    d = report.decision
+    return blocks_html(per_day_blocks(d, report.runs), "per-day") if d else ""
+
+
 SECTIONS: list[Callable[[Report], str]] = [
     section_header,
     section_checks,
     section_failures,
+    section_recommendation,  # reports/recommend.py: the answer first, its reasons below
+    section_gate,  # only with --fail-on
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
+    section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
     section_summary,
     section_narrative,
     section_bloat,
     section_statements,
     section_processes,
+    section_fairness,
+    section_per_day,
     section_figures,
     section_migration,
     section_environment,

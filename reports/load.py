@@ -111,6 +111,41 @@ class Run:
         counts = np.bincount(second.astype(np.int64))
         return pd.DataFrame({"elapsed_s": np.arange(len(counts)) + 1.0, "value": counts.astype(float)})
 
+    def backlog(self) -> pd.DataFrame:
+        """``elapsed_s, value``: fires due and not yet delivered, each second (the backlog), from
+        the fire log on the samples' clock; a fire never delivered stays in it."""
+        d = self.due_fires
+        s = self.samples
+        if d.empty or s.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        origin = float((s["t"] - s["elapsed_s"]).median())
+        due = np.sort(d["due_eff"].to_numpy(float) - origin)
+        fired = np.sort(d["fired_at"].dropna().to_numpy(float) - origin)
+        end = float(s["elapsed_s"].max())
+        t = np.arange(0.0, end + 1.0, 1.0)
+        value = np.searchsorted(due, t, side="right") - np.searchsorted(fired, t, side="right")
+        return pd.DataFrame({"elapsed_s": t, "value": np.maximum(value, 0).astype(float)})
+
+    def work_per_fire(self, metrics: tuple[str, ...]) -> pd.DataFrame:
+        """``elapsed_s, value``: the change of the summed relation ``metrics`` (e.g. row writes) per
+        fire delivered, sample to sample: the work a fire costs as time goes on."""
+        s = self.samples
+        if s.empty:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        parts = [self.relation_metric(m, toast=False) for m in metrics]
+        parts = [p.set_index("elapsed_s")["value"] for p in parts if len(p)]
+        if not parts:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        total = pd.concat(parts, axis=1).sum(axis=1).sort_index()
+        rate = self.run_metric("fires_per_s").set_index("elapsed_s")["value"].sort_index()
+        work = total.diff()
+        dt = pd.Series(total.index, index=total.index).diff()
+        fires = pd.Series(np.interp(total.index, rate.index, rate.to_numpy()), index=total.index) * dt if len(rate) else None
+        if fires is None:
+            return pd.DataFrame({"elapsed_s": [], "value": []})
+        per = (work / fires.where(fires > 0)).dropna()
+        return pd.DataFrame({"elapsed_s": per.index.to_numpy(float), "value": per.to_numpy(float)})
+
     def run_metric(self, metric: str) -> pd.DataFrame:
         """``elapsed_s, value`` of one run-scope metric (``fires_per_s``, ``lag_p99_ms``, ...)."""
         s = self.samples
@@ -278,3 +313,20 @@ def pick_baseline(runs: list[Run], baseline: str | None) -> int:
         return matches[0]
     choices = ", ".join(r.label for r in runs)
     raise ReportError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")
+
+
+def baseline_side(runs: list[Run], baseline: str) -> list[int]:
+    """Every run ``baseline`` names, for the regression gate's baseline side: a run directory, a
+    directory holding runs, a run's name or label, or a scheduler name (all its runs)."""
+    want = Path(baseline)
+    side = []
+    for i, r in enumerate(runs):
+        path = r.path.resolve()
+        if want.exists() and (want.resolve() == path or want.resolve() in path.parents):
+            side.append(i)
+        elif baseline in (r.name, r.label, r.scheduler):
+            side.append(i)
+    if not side:
+        choices = ", ".join(r.label for r in runs)
+        raise ReportError(f"--baseline {baseline!r} names none of the runs in this report; choose one of: {choices}")
+    return side

@@ -8,7 +8,9 @@ from typing import Callable
 
 from reports import fmt
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
+from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
+from reports.capacity import section_capacity_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
                             how_to_read_report, migration_lag_rows, run_checks, warning_lines)
@@ -180,9 +182,20 @@ def md_runs(report: Report) -> str:
         f"- **{r.label}**: `{r.path}`" + (" (files damaged: see the checks)" if r.problems else "") for r in report.runs)
 
 
+def md_decision(part: Callable) -> Callable[[Report], str]:
+    def render(report: Report) -> str:
+        d = report.decision
+        if d is None:
+            return ""
+        return blocks_markdown(part(d) if part in (recommendation_blocks, gate_blocks) else part(d, report.runs))
+    render.__name__ = f"md_{part.__name__}"
+    return render
+
+
 SECTIONS: list[Callable[[Report], str]] = [
-    md_header, md_checks, md_failures, section_sweep_markdown, md_summary, md_narrative, md_bloat, md_statements, md_processes,
-    md_migration, md_environment, md_runs,
+    md_header, md_checks, md_failures, md_decision(recommendation_blocks), md_decision(gate_blocks),
+    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_bloat, md_statements, md_processes,
+    md_decision(fairness_blocks), md_decision(per_day_blocks), md_migration, md_environment, md_runs,
 ]
 
 

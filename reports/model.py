@@ -7,6 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from reports.costs import BloatRow, ProcessRow, TopStatements, bloat_rows, process_rows, top_statements
+from reports.decide import Decision, build_decision
 from reports.load import Run
 from reports.narrative import Sentence, sentences
 from reports.plots import Figure, render_figures
@@ -35,6 +36,7 @@ class Report:
     bloat: list[BloatRow] = field(default_factory=list)
     statements: list[TopStatements] = field(default_factory=list)
     processes: list[ProcessRow] = field(default_factory=list)
+    decision: Decision | None = None  # recommendation, fairness, cost per day, gate
 
     @property
     def baseline(self) -> Run | None:
@@ -47,7 +49,10 @@ def _uses_postgres(run: Run) -> bool:
 
 
 def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
-                 with_figures: bool = True) -> Report:
+                 with_figures: bool = True, slo: str | None = None, project_rate: float | None = None,
+                 gate=None) -> Report:
+    """``slo``: the recommendation's thresholds (:mod:`reports.recommend`); ``project_rate``: the
+    rate of the cost-per-day table; ``gate``: a :class:`reports.gate.GateVerdict` to show."""
     table = build_summary_table(runs, baseline)
     return Report(
         runs=runs,
@@ -59,4 +64,5 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         bloat=bloat_rows(runs),
         statements=[top_statements(r) for r in runs if _uses_postgres(r)],
         processes=process_rows(runs),
+        decision=build_decision(runs, slo, project_rate, gate) if runs else None,
     )

@@ -243,11 +243,11 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     if amp:
         parts = []
         for r, total, pf in amp:
-            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf['inserts'])} inserts, "
-                 f"{fmt.num(pf['updates'])} updates, {fmt.num(pf['deletes'])} deletes")
+            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf.get('inserts'))} inserts, "
+                 f"{fmt.num(pf.get('updates'))} updates, {fmt.num(pf.get('deletes'))} deletes")
             if pf.get("toast_writes") is not None:
-                p += (f"; TOAST {fmt.num(pf['toast_inserts'])} inserts, {fmt.num(pf['toast_updates'])} updates, "
-                      f"{fmt.num(pf['toast_deletes'])} deletes")
+                p += (f"; TOAST {fmt.num(pf.get('toast_inserts'))} inserts, {fmt.num(pf.get('toast_updates'))} updates, "
+                      f"{fmt.num(pf.get('toast_deletes'))} deletes")
             else:
                 p += "; TOAST not recorded"
             p += ")"

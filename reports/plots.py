@@ -237,5 +237,74 @@ def figure_number(key: str) -> int:
 
 
 def render_figures(runs: list[Run]) -> list[Figure]:
-    return [Figure(key, title, caption, render(runs), number=i)
+    figs = [Figure(key, title, caption, render(runs), number=i)
             for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
+    if any(overloaded(r) for r in runs):  # numbered after the fixed figures the narrative cites
+        key, title, caption, render = OVERLOAD_SPEC
+        figs.append(Figure(key, title, caption, render(runs), number=len(figs) + 1))
+    return figs
+
+
+def tenant_p99(runs: list[Run]) -> bytes:
+    """Per-tenant lag p99, tenants ordered by how many fires they had due (largest first): a fair
+    design is a flat line; a starved tenant is a spike, a never-delivered one a cross at the top."""
+    from reports.thresholds import run_scorecard
+
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    drawn = False
+    top = 1.0
+    cards = [(r, st, run_scorecard(r).tenants) for r, st in zip(runs, _styles(runs))]
+    for _, _, t in cards:
+        finite = t["p99_ms"][np.isfinite(t["p99_ms"])] if len(t) else []
+        if len(finite):
+            top = max(top, float(np.max(finite)))
+    for r, st, t in cards:
+        if len(t) == 0:
+            continue
+        rank = np.arange(1, len(t) + 1)
+        p99 = t["p99_ms"].to_numpy(float)
+        finite = np.isfinite(p99)
+        ax.plot(rank[finite], np.maximum(p99[finite], 0.1), marker="o", markersize=3, **st)
+        if (~finite).any():
+            ax.scatter(rank[~finite], np.full((~finite).sum(), top * 2), marker="x", color=st["color"], s=30)
+        drawn = True
+    if not drawn:
+        _no_data(ax, "no fires were due in the measured windows")
+    ax.set_yscale("log")
+    ax.set_xlabel("tenant, by fires due in the window (largest first)")
+    ax.set_ylabel("lag p99 (ms)")
+    ax.grid(True, which="both", alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+FIGURE_SPECS.append(
+    ("tenant_p99", "Lag p99 per tenant", "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A flat line is a fair design; a cross at the top is a tenant with a fire never delivered.", tenant_p99),
+)
+
+
+def overloaded(run: Run) -> bool:
+    """Offered more than it achieved (the summary's rate rule failed on achieved vs offered)."""
+    offered, achieved = run.summary.get("offered_rate"), run.summary.get("achieved_rate")
+    return bool(offered and achieved is not None and achieved < 0.95 * float(offered))
+
+
+def overload_profile(runs: list[Run]) -> bytes:
+    """Goodput, backlog and work per fire over time, for the runs offered more than they achieved:
+    congestion collapse shows as goodput falling while the backlog and the work per fire climb."""
+    over = [r for r in runs if overloaded(r)] or runs
+    return _time_series(over, [
+        ("goodput (fires delivered per second)", lambda r: r.run_metric("fires_per_s"), "no fire-rate samples"),
+        ("backlog (fires due, not yet delivered)", lambda r: r.backlog(), "no fire log"),
+        ("row writes per fire delivered (inserts + updates + deletes of the design's tables)",
+         lambda r: r.work_per_fire(("n_tup_ins", "n_tup_upd", "n_tup_del")), "no tables (memory) or no samples"),
+    ])
+
+
+OVERLOAD_SPEC = ("overload", "Overload profile",
+                 "Only for runs offered more than they achieved (achieved < 95% of offered). Top: goodput; middle: the "
+                 "backlog of fires due and not delivered (from the fire log); bottom: row writes per fire delivered, "
+                 "sample to sample. A design that collapses under overload shows goodput falling while the backlog and "
+                 "the work per fire climb; one that degrades gracefully keeps its goodput and lets lag grow.",
+                 overload_profile)

@@ -107,7 +107,7 @@ def _series(data: dict[str, Any], field: str) -> dict[str, list[tuple[float, flo
     return out
 
 
-def _figure(data: dict[str, Any], field: str, ylabel: str, log_y: bool, slo_ms: float | None) -> bytes | None:
+def rate_figure(data: dict[str, Any], field: str, ylabel: str, log_y: bool, slo_ms: float | None) -> bytes | None:
     series = _series(data, field)
     if not series:
         return None
@@ -148,13 +148,13 @@ def _figure(data: dict[str, Any], field: str, ylabel: str, log_y: bool, slo_ms: 
 def figures(data: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
     """(key, title, caption, png) of the sweep's two figures (those with data)."""
     out = []
-    lag = _figure(data, "p99_ms", "p99 lag (ms, log)", True, data.get("slo_p99_ms"))
+    lag = rate_figure(data, "p99_ms", "p99 lag (ms, log)", True, data.get("slo_p99_ms"))
     if lag:
         out.append(("sweep-p99", "Rate vs p99 lag",
                     "p99 lag of the measured window at each target rate; filled: held, ×: the rate that stopped the "
                     "backend (not held). Dashed: the default SLO (a backend may have its own, see the table); dotted: "
                     "the pgbench ceiling (rows re-armed/s) measured in the same sweep.", lag))
-    writes = _figure(data, "writes_per_fire", "row writes per fire (ins + upd + del, heap + TOAST)", False, None)
+    writes = rate_figure(data, "writes_per_fire", "row writes per fire (ins + upd + del, heap + TOAST)", False, None)
     if writes:
         out.append(("sweep-writes", "Rate vs writes per fire",
                     "Inserts + updates + deletes of the scheduler's own tables per fire (TOAST chunks not counted), "
