@@ -14,6 +14,9 @@ from harness.errors import UsageError
 @click.option("--schedulers", "schedulers_opt", default=None,
               help="Comma-separated schedulers (the first is the report's baseline), or 'all' (memory too, last). "
                    "Default: every registered backend except memory, pg_queue first.")
+@click.option("--tuned-control", is_flag=True,
+              help="Also run pg_queue with pg_leased's autovacuum settings (labelled 'pg_queue, tuned'), so the "
+                   "report separates what the design buys from what tuning buys.")
 @workload_options("workload", "rate", "duration", "warmup")
 @stack_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
@@ -23,48 +26,54 @@ from harness.errors import UsageError
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the report as Markdown (default: beside the HTML, .md).")
 @click.pass_context
-def compare(ctx: click.Context, schedulers_opt: str | None, workload_spec: str | None, rate: str | None,
+def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool, workload_spec: str | None, rate: str | None,
             duration: str | None, warmup: str | None, dsn: str | None, temporal_address: str | None,
             out_dir: Path, output: Path | None, markdown: Path | None) -> None:
     """Run every backend (or --schedulers a,b) on one workload in sequence, then write the report.
 
-    Any other option (such as --seed or --opt key=value) is passed to each `bench run`. A run that
-    fails is shown in the report with its output; the report still covers the others, and the
-    command then exits with status 1.
+    Any other option (such as --seed, --opt key=value or --temporal-metrics URL) is passed to each
+    `bench run`. A run that fails is shown in the report with its output; the report still covers
+    the others, and the command then exits with status 1.
     """
     from harness.compare import compare as run_compare
-    from harness.compare import default_schedulers, failure_error
+    from harness.compare import default_schedulers, failure_error, plan
 
     names = default_schedulers(schedulers_opt)
+    runs = plan(names, tuned_control)
     run_args: list[str] = []
     for flag, value in (("--workload", workload_spec), ("--rate", rate), ("--duration", duration),
                         ("--warmup", warmup), ("--dsn", dsn), ("--temporal-address", temporal_address)):
         if value is not None:
             run_args += [flag, value]
     run_args += list(ctx.args)
-    check_children(names, run_args, out_dir, [output, markdown], dsn, temporal_address)
-    result = run_compare(names, run_args, out_dir, output, markdown,
+    check_children(runs, run_args, out_dir, [output, markdown], dsn, temporal_address)
+    result = run_compare(runs, run_args, out_dir, output, markdown,
                          echo=lambda line: click.echo(line, nl=False, err=True))
     click.echo(f"report: {result.html}")
     click.echo(f"markdown: {result.markdown}")
     if result.interrupted:
         raise KeyboardInterrupt
     if result.failures:
-        raise failure_error(result, len(names))
+        raise failure_error(result, len(runs))
 
 
-def check_children(names: list[str], run_args: list[str], out_dir: Path, files: list[Path | None], dsn: str | None,
+def check_children(runs: list, run_args: list[str], out_dir: Path, files: list[Path | None], dsn: str | None,
                    temporal_address: str | None, rate_args: list[str] | None = None) -> None:
-    """Before the first child run starts: each child's ``bench run`` arguments, the report files,
-    the servers every child needs (reachable, started if embedded), their faults and leftovers."""
+    """Before the first child run starts: each child's ``bench run`` arguments (``runs``: scheduler
+    names or :class:`harness.compare.PlannedRun`), the report files, the servers every child needs
+    (reachable, started if embedded), their faults and leftovers."""
     from bench.run_cmd import check_run_args
     from harness import faults as faults_mod
     from harness.inputs import check_writable_dir, parse_faults
     from harness.schemas import check_leftovers
     from harness.servers import resolve_servers, scheduler_class
 
-    parsed = [check_run_args(["--scheduler", name, "--out", str(out_dir), *(rate_args or []), *run_args])
-              for name in names]
+    from harness.compare import PlannedRun
+
+    runs = [r if isinstance(r, PlannedRun) else PlannedRun(r) for r in runs]
+    names = [r.scheduler for r in runs]
+    parsed = [check_run_args(["--scheduler", r.scheduler, "--out", str(out_dir), *(rate_args or []), *run_args,
+                              *r.extra_args]) for r in runs]
     for f in files:
         if f is not None:
             if f.is_dir():

@@ -29,25 +29,36 @@ from bench.options import overrides, stack_options, workload_options
 @click.option("--allow-leftovers", is_flag=True,
               help="Start even though schemas left by interrupted runs hold more than 1 GiB on the server "
                    "(see `bench env status`).")
+@click.option("--label", default=None, help="The run's name in reports (default: the scheduler's name).")
+@click.option("--sample-every", "sample_every", default=None,
+              help="Sampling period, e.g. 1s (the default); 0 samples only at the measured window's edges.")
+@click.option("--temporal-metrics", envvar="TIMERBENCH_TEMPORAL_METRICS", default=None,
+              help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
+                   "(default: the embedded dev server's).")
 @stack_options
 def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
-        arm_load=None, allow_leftovers=False, **workload) -> None:
+        arm_load=None, allow_leftovers=False, label=None, sample_every=None, temporal_metrics=None,
+        **workload) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from harness import faults as faults_mod
-    from harness.inputs import check_run
+    from harness.inputs import check_run, parse_sample_every, parse_url_option
     from harness.schemas import check_leftovers
     from harness.servers import resolve_servers
     from harness.session import RunSession
 
     # every input first (nothing is created or touched before they are all good), then the servers
     plan = check_run(scheduler_name, workload_spec, overrides(workload), opts, out, faults, nodes, arm_load)
+    sample_every_s = parse_sample_every(sample_every)
+    if temporal_metrics is not None:
+        temporal_metrics = parse_url_option("--temporal-metrics", temporal_metrics)
     note = lambda m: click.echo(f"note: {m}", err=True)  # noqa: E731
     dsn, address = resolve_servers([plan.cls], dsn, temporal_address, say=note)
     faults_mod.check(plan.fault_specs, dsn=dsn, temporal_address=address, nodes=plan.nodes)
     if dsn:
         check_leftovers(dsn, allow_leftovers, say=note)
     session = RunSession(plan.cls, plan.options, plan.workload, dsn, address, plan.out, keep, list(sys.argv),
-                         nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs)
+                         nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs,
+                         label=label, sample_every_s=sample_every_s, temporal_metrics=temporal_metrics)
     code = asyncio.run(session.main())
     if code:
         sys.exit(code)

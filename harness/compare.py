@@ -15,6 +15,45 @@ from harness.child import bench_run
 from harness.errors import BenchError, UsageError
 
 BASELINE_FIRST = "pg_queue"
+# --tuned-control: pg_queue once more with pg_leased's autovacuum settings, so the report can
+# tell what the design buys from what per-table vacuum tuning buys.
+TUNED_CONTROL = ("pg_queue", "pg_leased")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One child run of a comparison: a scheduler, extra ``bench run`` arguments, a label."""
+
+    scheduler: str
+    extra_args: tuple[str, ...] = ()
+    label: str | None = None
+
+
+def tuned_control(of: str, like: str) -> PlannedRun:
+    """``of`` with the autovacuum settings ``like`` uses by default (its storage knobs otherwise
+    its own), labelled "<of>, tuned"."""
+    from schedulers.base import scheduler_class
+    from schedulers.pg import AUTOVACUUM_OPTIONS
+
+    defaults = scheduler_class(like).default_options
+    args: list[str] = ["--opt", "autovacuum_tuned=true"]
+    for key in AUTOVACUUM_OPTIONS:
+        args += ["--opt", f"{key}={defaults[key]}"]
+    label = f"{of}, tuned"
+    return PlannedRun(of, tuple(args + ["--label", label]), label)
+
+
+def plan(names: list[str], with_tuned_control: bool) -> list[PlannedRun]:
+    """The runs of a comparison in order; the tuned control right after the design it controls."""
+    runs = [PlannedRun(n) for n in names]
+    if not with_tuned_control:
+        return runs
+    of, like = TUNED_CONTROL
+    if of not in names or like not in names:
+        raise UsageError(f"--tuned-control runs {of} with {like}'s autovacuum settings; "
+                         f"--schedulers must include both (got {', '.join(names)})")
+    i = names.index(of)
+    return runs[:i + 1] + [tuned_control(of, like)] + runs[i + 1:]
 
 
 def default_schedulers(choice: str | None) -> list[str]:
@@ -51,16 +90,20 @@ class Comparison:
     interrupted: bool = False
 
 
-def compare(names: list[str], run_args: list[str], out_dir: Path, html: Path | None, markdown: Path | None,
-            echo: Callable[[str], None]) -> Comparison:
-    """Run each backend with ``run_args``, then write the report (HTML and Markdown)."""
+def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: Path, html: Path | None,
+            markdown: Path | None, echo: Callable[[str], None]) -> Comparison:
+    """Run each backend (a name or a :class:`PlannedRun`) with ``run_args``, then write the
+    report (HTML and Markdown)."""
     from reports.report import FailedRun, write_report
 
+    runs = [r if isinstance(r, PlannedRun) else PlannedRun(r) for r in names]
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     html = html or out_dir / f"compare-{stamp}.html"
     result = Comparison(html, markdown or html.with_suffix(".md"))
-    for i, name in enumerate(names, 1):
-        child = bench_run(name, out_dir, run_args, echo, label=f"[{i}/{len(names)}] ")
+    for i, planned in enumerate(runs, 1):
+        name = planned.label or planned.scheduler
+        child = bench_run(planned.scheduler, out_dir, run_args + list(planned.extra_args), echo,
+                          label=f"[{i}/{len(runs)}] ")
         if child.run_dir is not None:
             result.run_dirs.append(str(child.run_dir))  # a failed run's partial directory is still shown
         if child.exit_code != 0:

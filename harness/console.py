@@ -54,6 +54,8 @@ def summary_table(s: dict[str, Any]):
     dead = s["dead_tuples"]
     pf = s["per_fire"]
     per_fire = " / ".join(fmt.fixed(pf[k], "{:,.2f}") for k in ("inserts", "updates", "deletes"))
+    toast = " / ".join(fmt.fixed(pf.get(k), "{:,.2f}") for k in ("toast_inserts", "toast_updates", "toast_deletes"))
+    bill = s.get("bill") or {}
     correct = "yes" if s.get("correct", True) else "NO: " + "; ".join(s.get("failures") or [])
     rows = [
         ("complete", "yes" if s["complete"] else "NO (the reason is below)"),
@@ -77,7 +79,12 @@ def summary_table(s: dict[str, Any]):
         ("TOAST dead peak / end", f"{fmt.fixed(dead['toast_peak'])} / {fmt.fixed(dead['toast_end'])}"),
         ("HOT ratio", fmt.pct(s["hot_ratio"])),
         ("ins / upd / del per fire", per_fire),
-        ("WAL bytes per fire", fmt.fixed(pf["wal_bytes"])),
+        ("TOAST ins / upd / del per fire", toast),
+        ("row writes per fire, heap + TOAST", fmt.fixed(pf.get("row_writes"), "{:,.2f}")),
+        ("WAL bytes / records / FPI per fire", f"{fmt.fixed(pf['wal_bytes'])} / {fmt.fixed(pf.get('wal_records'), '{:,.2f}')} "
+                                                f"/ {fmt.fixed(pf.get('wal_fpi'), '{:,.2f}')}"),
+        ("durable writes per fire, all stores", fmt.fixed(bill.get("durable_writes"), "{:,.2f}")),
+        ("bytes written per fire, all stores", fmt.human_bytes(bill.get("bytes_written"))),
         ("autovacuum runs", fmt.fixed(s["autovacuum_runs"])),
         ("table / index bytes", f"{fmt.fixed(s['table_bytes_end'])} / {fmt.fixed(s['index_bytes_end'])}"),
     ]
@@ -88,7 +95,8 @@ def summary_table(s: dict[str, Any]):
 
 def problem_lines(s: dict[str, Any]) -> list[str]:
     """What went wrong, one short line per problem: why the run is incomplete (if it is), then
-    the other warnings, each said once."""
+    the other warnings, each said once; then the measurement notes (caveats of the cost figures)."""
     reason = s.get("incomplete_reason")
     first = [f"incomplete: {fmt.one_line(reason, limit=400)}"] if not s["complete"] and reason else []
-    return first + [f"warning: {w}" for w in fmt.collapse(s["warnings"], known=[reason])]
+    return (first + [f"warning: {w}" for w in fmt.collapse(s["warnings"], known=[reason])]
+            + [f"note: {n}" for n in s.get("measurement_notes") or []])

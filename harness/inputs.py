@@ -158,6 +158,22 @@ def check_finite_option(name: str, value: float, lo: float | None = None, hi: fl
     return value
 
 
+def parse_sample_every(text: str | None) -> float | None:
+    """``--sample-every``: a duration (``1s``, ``5s``) or ``0`` (only at the window's edges)."""
+    if text is None:
+        return None
+    return parse_duration_option("--sample-every", text)
+
+
+def parse_url_option(name: str, text: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"bad {name} {text!r}; give an http(s) URL such as http://127.0.0.1:9090/metrics")
+    return text
+
+
 def check_nodes(cls, nodes: int | None) -> None:
     if nodes is None:
         return

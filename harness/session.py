@@ -49,6 +49,7 @@ from harness import console as out
 from metrics import rundir
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
+CHECKPOINT_LEAD_S = 5.0  # the CHECKPOINT before the window starts this long before it (at most half the warm-up)
 STATUS_EVERY_S = 3.0
 FLUSH_EVERY_S = 1.0
 GRACEFUL_STOP_S = 15.0  # after this, a run loop that ignores ``stop`` is cancelled
@@ -58,7 +59,9 @@ DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend wh
 
 class RunSession:
     def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
-                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=()) -> None:
+                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=(),
+                 label: str | None = None, sample_every_s: float | None = None,
+                 temporal_metrics: str | None = None) -> None:
         self.cls = cls
         self.options = options
         self.w = workload
@@ -71,6 +74,11 @@ class RunSession:
         self.arm_load_per_s = arm_load_per_s
         self.fault_specs = list(fault_specs)
         self.expected_timers = 0  # the population's size, once built (a backend may size itself by it)
+        self.label = label  # the run's name in reports (default: the scheduler's)
+        self.sample_every_s = sample_every_s  # None: the sampler's default period
+        self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
+        self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
+        self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
         self.interrupted = asyncio.Event()
         self.incomplete_reason: str | None = None
@@ -163,6 +171,7 @@ class RunSession:
 
         return {
             "scheduler": self.cls.name,
+            "label": self.label,
             "options": self.options,
             "capabilities": getattr(self, "capabilities", None),
             "workload": asdict(self.w),
@@ -173,6 +182,7 @@ class RunSession:
             "argv": stack.redact_argv(self.argv),  # no password or token in the run directory
             "schema": self.schema,
             "window": self.window,
+            "measurement": self.measurement,
             "load": self.load,
         }
 
@@ -287,8 +297,9 @@ class RunSession:
         self.recorder.measure_end = self.window["measure_end"]
         await self.workers.stop_rearming_at(self.window["measure_end"])  # the drain re-arms nothing
         self._write_config()
-        self.sampler = Sampler(scheduler, self.recorder, self.dsn, self.run_dir, claimed=self.workers.claimed_timers)
+        self.sampler = await self._make_sampler(scheduler)
         await self.sampler.open()
+        self.measurement["unavailable"].update(self.sampler.unavailable)
 
         stop = asyncio.Event()
         tasks: dict[str, asyncio.Task] = {}
@@ -306,6 +317,7 @@ class RunSession:
         helpers = [asyncio.create_task(self.sampler.loop(sampler_stop)),
                    asyncio.create_task(self._status(sampler_stop)),
                    asyncio.create_task(self._flush(sampler_stop))]
+        edges = asyncio.create_task(self._window_edges())
         if self.faults is not None:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
@@ -362,6 +374,7 @@ class RunSession:
             except BaseException:
                 pass
             await asyncio.gather(tasks["run"], tasks["arm"], return_exceptions=True)
+            await self._close_window(edges)
             await self.workers.stop()
             sampler_stop.set()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -370,6 +383,92 @@ class RunSession:
             except Exception:
                 pass
         return code
+
+    async def _make_sampler(self, scheduler):
+        """The sampler, told which measurement extensions and servers this run can use."""
+        from metrics.extensions import extensions
+        from metrics.sampler import Sampler
+        from harness import stack
+
+        unavailable = self.measurement["unavailable"]
+        usable: dict[str, str] = {}
+        embedded_pg = False
+        if self.dsn:
+            try:
+                found = await asyncio.to_thread(extensions, self.dsn)
+            except Exception as exc:
+                found = {}
+                unavailable["statements"] = unavailable["bloat"] = f"the extensions could not be probed ({exc})"
+            for figure, name in (("statements", "pg_stat_statements"), ("bloat", "pgstattuple")):
+                ext = found.get(name)
+                if ext is not None and ext.usable:
+                    usable[name] = ext.schema
+                elif ext is not None:
+                    unavailable[figure] = ext.missing
+            pg = stack.postgres()
+            embedded_pg = pg.running() and self.dsn == pg.dsn()
+        servers = [self._temporal_watch()] if self.temporal_address else []
+        return Sampler(scheduler, self.recorder, self.dsn, self.run_dir, claimed=self.workers.claimed_timers,
+                       extensions=usable, servers=servers, gauges=self._gauges, reset_statements=embedded_pg,
+                       **({} if self.sample_every_s is None else {"every_s": self.sample_every_s}))
+
+    def _temporal_watch(self):
+        """The Temporal server as the sampler watches it: the embedded dev server's process, its
+        SQLite files and its metrics port; a cluster's metrics only through --temporal-metrics."""
+        from harness import stack
+        from metrics.stores import ServerWatch
+
+        dev = stack.temporal()
+        if dev.running() and self.temporal_address == dev.address():
+            # the pid file is read each time: a restart (a fault) starts a new process
+            return ServerWatch("temporal", roots=lambda: [p for p in (dev.pid(),) if p], files=dev.db_files(),
+                               metrics_url=self.temporal_metrics or dev.metrics_url())
+        why = (f"the Temporal server at {self.temporal_address} is not the embedded dev server, so its processes' "
+               f"disk writes and its files are not measured")
+        unavailable = {"process": why}
+        if not self.temporal_metrics:
+            unavailable["metrics"] = ("no metrics endpoint for the Temporal server at "
+                                      f"{self.temporal_address}; pass --temporal-metrics http://host:port/metrics")
+        return ServerWatch("temporal", metrics_url=self.temporal_metrics, unavailable=unavailable)
+
+    def _gauges(self, t: float) -> dict[str, float]:
+        """The engine's own gauges, from its bookkeeping (no design is asked to count its queue):
+        timers due and not yet received, and how long the oldest of them has waited."""
+        late = self.processor.outstanding(t)
+        oldest = float(t - self.processor.armed_due[late].min()) if len(late) else 0.0
+        return {"backlog": float(len(late)), "oldest_due_age_s": oldest}
+
+    async def _window_edges(self) -> None:
+        """CHECKPOINT a little before the measured window, then the sampler's edge samples and
+        statement reads at its start and end (the end is also closed by :meth:`_close_window`
+        when the run stops early)."""
+        start = self.window["measure_start"]
+        lead = min(CHECKPOINT_LEAD_S, max(0.0, self.w.warmup_s) / 2)
+        await asyncio.sleep(max(0.0, start - lead - time.time()))
+        if self.dsn:
+            self.window["checkpoint"] = {"requested_at": time.time(), **await self.sampler.checkpoint()}
+            if self.window["checkpoint"]["error"]:
+                self.measurement["unavailable"]["checkpoint"] = self.window["checkpoint"]["error"]
+        await asyncio.sleep(max(0.0, start - time.time()))
+        await self.sampler.window_start()
+        self._window_opened = True
+        await asyncio.sleep(max(0.0, self.window["measure_end"] - time.time()))
+        self._window_closed = True
+        await self.sampler.window_end()
+
+    async def _close_window(self, edges: asyncio.Task) -> None:
+        if not edges.done() and self._window_closed:
+            await asyncio.gather(edges, return_exceptions=True)  # the end edge is under way
+            return
+        edges.cancel()
+        await asyncio.gather(edges, return_exceptions=True)
+        if self._window_opened and not self._window_closed:
+            self._window_closed = True
+            try:
+                await self.sampler.window_end()  # stopped early: the window ends here
+            except Exception as exc:
+                self.say(f"warning: the window's end could not be read: {type(exc).__name__}: {exc}")
+        self.measurement["unavailable"].update(self.sampler.unavailable)
 
     async def _drain(self, run_task: asyncio.Task, scheduler) -> None:
         """After the measured window: arming has stopped (the processor finishes what it receives
@@ -490,9 +589,14 @@ class RunSession:
             self.load.update(skipped_periods=int(len(skipped)), skipped_periods_in_window=int(
                 ((skipped >= self.window["measure_start"]) & (skipped < self.window["measure_end"])).sum()))
             try:
+                await self.sampler.bloat()  # pgstattuple, before the schema goes
+            except Exception as exc:
+                self.measurement["unavailable"].setdefault("bloat", f"pgstattuple failed: {type(exc).__name__}: {exc}")
+            try:
                 await self.sampler.close()
             except Exception:
                 pass
+            self.measurement["unavailable"].update(self.sampler.unavailable)
             self.sampler.save()
             extra = await self.workers.collect(self.run_dir, self.window["measure_start"], self.say)
             if self.arm_load is not None:

@@ -95,8 +95,11 @@ def slo_for(name: str, default_ms: float, overrides: dict[str, float | str], max
 
 
 def writes_per_fire(summary: dict[str, Any]) -> float | None:
-    """Row writes (inserts + updates + deletes of the scheduler's tables) per fire; None without tables."""
+    """Row writes (inserts + updates + deletes of the scheduler's tables and their TOAST tables) per
+    fire; heap only for a summary older than the TOAST figures; None without tables."""
     pf = summary.get("per_fire") or {}
+    if pf.get("row_writes") is not None:
+        return float(pf["row_writes"])
     parts = [pf.get(k) for k in ("inserts", "updates", "deletes")]
     if all(p is None for p in parts):
         return None

@@ -41,12 +41,20 @@
     effect for that delivery.
 ``samples.parquet``
     Long format (:data:`SAMPLES_SCHEMA`): scope ``run`` for run-wide metrics, else a relation
-    ``schema.table`` or its TOAST table ``schema.table#toast``. A backend's ``stats()`` gauges
+    ``schema.table`` or its TOAST table ``schema.table#toast``, or ``server:<name>`` for what a server
+    the run uses paid (:func:`server_scope`; see :mod:`metrics.stores` and :mod:`metrics.pgcost`). A backend's ``stats()`` gauges
     are run-scope metrics ``backend.<name>``; among them a backend that counts its batches
     (temporal_shards) records the batch-size distribution as cumulative counters, read for a
     window by :func:`batch_sizes_in_window` (no per-batch file: nothing to gather from nodes).
+``statements.parquet``
+    ``pg_stat_statements`` over the measured window, one row per statement
+    (:data:`STATEMENTS_SCHEMA`); absent when the server does not let us read it (the reason is in
+    ``config.json``'s ``measurement.unavailable``).
+``bloat.json``
+    At the end of the run, ``pgstattuple`` of every table the design owns and of its TOAST table,
+    beside ``n_dead_tup`` read at the same moment (:func:`write_bloat`).
 ``summary.json``
-    :func:`compute_summary` of the three files above. A directory without one (the run was
+    :func:`compute_summary` of the files above. A directory without one (the run was
     killed) is read from its segments: :func:`read_fires` and :func:`read_samples` fall back to
     them, and :func:`interrupted_summary` recomputes the figures, marked incomplete.
 ``faults.json`` (``--fault``), ``migration.json`` (``bench migrate dry-run``), ``locust_*`` (``--arm-load``)
@@ -104,6 +112,8 @@ NODES_DIR = "nodes"  # --nodes: what each `bench serve --record` node wrote, by 
 SEGMENTS_DIR = "segments"  # the fire log and samples in closed segments, while the run runs
 RUN_LOG = "run"  # the run process's own fire log in segments/ (nodes' logs are named by worker id)
 RUN_LOCK = "run.lock"  # flock'ed by the live run process
+STATEMENTS = "statements.parquet"  # pg_stat_statements over the measured window (metrics.pgcost)
+BLOAT = "bloat.json"  # pgstattuple at the end of the run beside n_dead_tup (metrics.pgcost)
 
 
 def node_workload(nodes_dir: Path) -> Path:
@@ -211,6 +221,26 @@ SAMPLES_SCHEMA = pa.schema(
     ]
 )
 
+STATEMENTS_SCHEMA = pa.schema(
+    [
+        ("queryid", pa.int64()),
+        ("query", pa.string()),  # normalised text, as pg_stat_statements keeps it
+        ("source", pa.string()),  # "design" or "sampler" (the harness's own statements)
+        ("calls", pa.float64()),
+        ("rows", pa.float64()),
+        ("total_exec_ms", pa.float64()),
+        ("total_plan_ms", pa.float64()),
+        ("shared_blks_hit", pa.float64()),
+        ("shared_blks_read", pa.float64()),
+        ("shared_blks_dirtied", pa.float64()),
+        ("shared_blks_written", pa.float64()),
+        ("wal_records", pa.float64()),
+        ("wal_fpi", pa.float64()),
+        ("wal_bytes", pa.float64()),
+        ("mean_exec_ms", pa.float64()),
+    ]
+)
+
 RATE_HELD_SHARE = 0.95  # achieved below 95% of offered, or offered below 95% of target: rate not held
 NOT_DELIVERED = "not delivered"  # a lag percentile that falls among fires never delivered
 EARLY_TOLERANCE_S = 0.001  # a delivery this much before its due time is early (microsecond rounding, one clock)
@@ -218,6 +248,24 @@ STEADY_STATE_CYCLES = 2.0  # fires due per trigger in the window, at least, for 
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
 EXIT_INCORRECT = 4  # bench run's exit code when a complete run lost a fire or duplicated a keyed effect
 TOAST_SUFFIX = "#toast"
+SERVER_PREFIX = "server:"
+# pgstattuple and n_dead_tup disagree when they differ by more than this share of the larger,
+# once either counts at least DEAD_TUPLE_FLOOR (a handful of tuples either way is not news).
+DEAD_TUPLE_DISAGREE = 0.20
+DEAD_TUPLE_FLOOR = 100
+PAGE_BYTES = 8192
+
+
+def server_scope(name: str) -> str:
+    """The samples' scope of what server ``name`` paid (``server:postgres``)."""
+    return SERVER_PREFIX + name
+
+
+def is_relation_scope(scope: str) -> bool:
+    """A table (``schema.table``) or its TOAST table, not ``run`` nor a server."""
+    return scope != "run" and not scope.startswith(SERVER_PREFIX)
+
+
 BACKEND_GAUGE = "backend."  # a stats() gauge in the samples: scope "run", metric "backend.<name>"
 # The batch-size gauges schedulers.base.BatchSizes writes (named again here: a report never
 # imports schedulers; tests/unit/test_shard_sizing.py holds the two equal).
@@ -489,6 +537,40 @@ def interrupted_summary(run_dir: str | Path, state: str | None = None) -> dict[s
                            stopped_at=last_fire if last_fire is not None else last_sample)
 
 
+def write_statements(run_dir: str | Path, columns: dict[str, list]) -> None:
+    table = pa.table({name: columns[name] for name in STATEMENTS_SCHEMA.names}, schema=STATEMENTS_SCHEMA)
+    tmp = Path(run_dir) / (STATEMENTS + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, Path(run_dir) / STATEMENTS)
+
+
+def read_statements(run_dir: str | Path) -> pa.Table | None:
+    """The window's statements, or None when the run could not read them."""
+    path = Path(run_dir) / STATEMENTS
+    return pq.read_table(path) if path.exists() else None
+
+
+def write_bloat(run_dir: str | Path, relations: list[dict[str, Any]]) -> None:
+    """One entry per relation (``scope``, pgstattuple's columns, ``n_dead_tup``, ``n_live_tup``)."""
+    write_json(Path(run_dir) / BLOAT, {"relations": relations})
+
+
+def read_bloat(run_dir: str | Path) -> list[dict[str, Any]] | None:
+    path = Path(run_dir) / BLOAT
+    if not path.exists():
+        return None
+    return list(json.loads(path.read_text()).get("relations") or [])
+
+
+def dead_tuples_disagree(exact: float | None, estimate: float | None) -> bool:
+    """True when n_dead_tup is off pgstattuple's exact count by more than
+    :data:`DEAD_TUPLE_DISAGREE` of the larger (and either is at least :data:`DEAD_TUPLE_FLOOR`)."""
+    if exact is None or estimate is None or math.isnan(exact) or math.isnan(estimate):
+        return False
+    larger = max(exact, estimate)
+    return larger >= DEAD_TUPLE_FLOOR and abs(exact - estimate) > DEAD_TUPLE_DISAGREE * larger
+
+
 def _finite(x: float | None) -> float | None:
     if x is None:
         return None
@@ -660,6 +742,9 @@ def compute_summary(
 
     samples = read_samples(run_dir)
     tables = _table_figures(samples, measure_start, measure_end, n_fires)
+    measurement = cfg.get("measurement") or {}
+    unavailable = dict(measurement.get("unavailable") or {})
+    costs = cost_figures(run_dir, tables, n_fires, unavailable)
 
     target = workload.get("rate_per_s")
     achieved = n_fires / measured_s if measured_s > 0 else None
@@ -744,7 +829,12 @@ def compute_summary(
         "external_effects": acc["external_effects"],
         "duplicate_external_effects": acc["duplicate_external_effects"],
         **tables,
+        **costs,
+        "unavailable": unavailable,
         "warnings": warnings,
+        # what the reader of the cost figures must know (they are shown as warnings in the
+        # report), kept apart from the run's own problems above
+        "measurement_notes": _cost_warnings(window, tables, costs),
     }
 
 
@@ -787,45 +877,79 @@ def _series(samples_np: dict[str, np.ndarray], scopes: set[str], metric: str) ->
 
 
 def _at(times: np.ndarray, values: np.ndarray, when: float) -> float | None:
-    """The last value sampled at or before ``when`` (the first one if none is)."""
+    """The value sampled nearest to ``when`` (the sampler takes a sample at each edge of the
+    measured window, so at the edges this is that sample)."""
     if len(times) == 0:
         return None
-    i = int(np.searchsorted(times, when, side="right")) - 1
-    return float(values[max(i, 0)])
+    i = int(np.searchsorted(times, when))
+    if i >= len(times):
+        return float(values[-1])
+    if i > 0 and when - times[i - 1] <= times[i] - when:
+        i -= 1
+    return float(values[i])
 
 
-def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) -> dict[str, Any]:
-    empty = {
-        "dead_tuples": {"table_peak": None, "table_end": None, "toast_peak": None, "toast_end": None},
-        "hot_ratio": None,
-        "per_fire": {"inserts": None, "updates": None, "deletes": None, "wal_bytes": None},
-        "autovacuum_runs": None,
-        "table_bytes_end": None,
-        "index_bytes_end": None,
-    }
-    if len(samples) == 0:
-        return empty
-    s = {
+WRITE_KINDS = (("inserts", "n_tup_ins"), ("updates", "n_tup_upd"), ("deletes", "n_tup_del"))
+
+
+def _sample_arrays(samples: pa.Table) -> dict[str, np.ndarray]:
+    return {
         "t": samples.column("t").to_numpy(),
         "scope": np.asarray(samples.column("scope").to_pylist(), dtype=object),
         "metric": np.asarray(samples.column("metric").to_pylist(), dtype=object),
         "value": samples.column("value").to_numpy(),
     }
-    rels = {x for x in set(s["scope"].tolist()) if x != "run"}
+
+
+def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) -> dict[str, Any]:
+    """Figures of the design's tables and of the servers, over the measured window.
+
+    ``per_fire``: row writes of the design's tables (``inserts``, ``updates``, ``deletes``: heap;
+    ``toast_*``: their TOAST tables; ``heap_writes``, ``toast_writes`` and ``row_writes``: the
+    totals) and WAL (``wal_bytes``, ``wal_records``, ``wal_fpi``: server-wide, from pg_stat_wal;
+    ``wal_bytes`` from the WAL position on servers without it). ``servers``: per server scope,
+    each cumulative metric's window delta (``window``) and that per fire (``per_fire``)."""
+    per_fire_keys = ["inserts", "updates", "deletes", "toast_inserts", "toast_updates", "toast_deletes",
+                     "heap_writes", "toast_writes", "row_writes", "wal_bytes", "wal_records", "wal_fpi"]
+    empty = {
+        "dead_tuples": {"table_peak": None, "table_end": None, "toast_peak": None, "toast_end": None},
+        "hot_ratio": None,
+        "per_fire": {k: None for k in per_fire_keys},
+        "autovacuum_runs": None,
+        "table_bytes_end": None,
+        "index_bytes_end": None,
+        "servers": {},
+    }
+    if len(samples) == 0:
+        return empty
+    s = _sample_arrays(samples)
+    scopes = set(s["scope"].tolist())
+    rels = {x for x in scopes if is_relation_scope(x)}
     tables = {x for x in rels if not x.endswith(TOAST_SUFFIX)}
     toasts = rels - tables
     out = dict(empty)
 
-    def window_delta(scopes: set[str], metric: str) -> float | None:
-        times, vals = _series(s, scopes, metric)
+    def window_delta(scopes_: set[str], metric: str) -> float | None:
+        times, vals = _series(s, scopes_, metric)
         a, b = _at(times, vals, start), _at(times, vals, end)
         return None if a is None or b is None else b - a
 
     def per_fire(x: float | None) -> float | None:
         return None if x is None or n_fires == 0 else x / n_fires
 
-    wal = window_delta({"run"}, "wal_bytes")
-    out["per_fire"] = dict(empty["per_fire"], wal_bytes=per_fire(wal))
+    servers: dict[str, Any] = {}
+    for scope in sorted(x for x in scopes if x.startswith(SERVER_PREFIX)):
+        metrics = sorted(set(s["metric"][s["scope"] == scope].tolist()))
+        window = {m: window_delta({scope}, m) for m in metrics}
+        servers[scope[len(SERVER_PREFIX):]] = {"window": window, "per_fire": {m: per_fire(v) for m, v in window.items()}}
+    out["servers"] = servers
+    pg = servers.get("postgres", {}).get("per_fire", {})
+    wal = {
+        "wal_bytes": pg.get("wal_bytes", per_fire(window_delta({"run"}, "wal_bytes"))),
+        "wal_records": pg.get("wal_records"),
+        "wal_fpi": pg.get("wal_fpi"),
+    }
+    out["per_fire"] = {**empty["per_fire"], **wal}
     if not tables:
         return out
     dead_t, dead_v = _series(s, tables, "n_dead_tup")
@@ -839,14 +963,19 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     upd = window_delta(tables, "n_tup_upd")
     hot = window_delta(tables, "n_tup_hot_upd")
     out["hot_ratio"] = (hot / upd) if upd and hot is not None else None
-    # writes per fire count the scheduler's own rows (seeds/003's "four writes per poll"); the
-    # TOAST chunk writes those rows cause show in the per-relation samples.
-    out["per_fire"] = {
-        "inserts": per_fire(window_delta(tables, "n_tup_ins")),
-        "updates": per_fire(upd),
-        "deletes": per_fire(window_delta(tables, "n_tup_del")),
-        "wal_bytes": per_fire(wal),
-    }
+    # Row writes count the scheduler's own rows (seeds/003's "four writes per poll") and, apart,
+    # the TOAST chunk writes those rows cause (seeds/003: TOAST writes are part of the bill).
+    writes: dict[str, float | None] = {}
+    for name, metric in WRITE_KINDS:
+        writes[name] = per_fire(window_delta(tables, metric))
+        writes[f"toast_{name}"] = per_fire(window_delta(toasts, metric)) if toasts else (0.0 if n_fires else None)
+    heap = [writes[n] for n, _ in WRITE_KINDS]
+    toast = [writes[f"toast_{n}"] for n, _ in WRITE_KINDS]
+    writes["heap_writes"] = None if any(v is None for v in heap) else float(sum(heap))
+    writes["toast_writes"] = None if any(v is None for v in toast) else float(sum(toast))
+    writes["row_writes"] = (None if writes["heap_writes"] is None or writes["toast_writes"] is None
+                            else writes["heap_writes"] + writes["toast_writes"])
+    out["per_fire"] = {**out["per_fire"], **writes}
     av_t, av_v = _series(s, rels, "autovacuum_count")
     out["autovacuum_runs"] = int(av_v[-1] - av_v[0]) if len(av_v) else None
     # sizes: the tables and their TOAST tables together (bytes on disk at the end)
@@ -854,4 +983,94 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     ib_t, ib_v = _series(s, rels, "index_bytes")
     out["table_bytes_end"] = int(tb_v[-1]) if len(tb_v) else None
     out["index_bytes_end"] = int(ib_v[-1]) if len(ib_v) else None
+    return out
+
+
+def cost_figures(run_dir: Path, tables: dict[str, Any], n_fires: int, unavailable: dict[str, str]) -> dict[str, Any]:
+    """The bill: every store the run wrote to, per fire, and the window's statements and the
+    end-of-run bloat.
+
+    ``bill``: ``durable_writes`` = row writes of the design's tables (heap + TOAST) plus the
+    write requests Temporal's persistence served (a request may write several rows of its own
+    store: the units differ, said where shown); ``bytes_written`` = the sum of every server's
+    ``bytes_written`` (Postgres: pg_stat_io; Temporal: what the kernel charged its process; None
+    unless every server the run used has it); ``stores``: those servers. ``statements``: totals of ``statements.parquet`` by source. ``bloat``: per relation,
+    pgstattuple beside n_dead_tup, and totals over tables and TOAST tables apart."""
+    servers = tables.get("servers") or {}
+    row_writes = (tables.get("per_fire") or {}).get("row_writes")
+    durable = None
+    if "temporal" in servers:
+        tw = servers["temporal"]["per_fire"].get("persistence_writes")
+        durable = None if tw is None else (row_writes or 0.0) + tw
+        if tw is None:
+            unavailable.setdefault("temporal_metrics", "the Temporal server's metrics were not scraped")
+    elif "postgres" in servers or row_writes is not None:
+        durable = row_writes
+    written = [srv["per_fire"].get("bytes_written") for srv in servers.values()]
+    bill = {
+        "durable_writes": durable,
+        "bytes_written": float(sum(written)) if written and all(w is not None for w in written) else None,
+        "stores": sorted(servers),
+    }
+    statements = None
+    table = read_statements(run_dir)
+    if table is not None:
+        df = table.to_pandas()
+        statements = {"count": int(len(df))}
+        for source in ("design", "sampler"):
+            part = df[df["source"] == source]
+            statements[source] = {
+                "statements": int(len(part)),
+                "calls": float(part["calls"].sum()),
+                "exec_ms": float(part["total_exec_ms"].sum()),
+                "wal_bytes": float(part["wal_bytes"].sum()),
+                "shared_blks_dirtied": float(part["shared_blks_dirtied"].sum()),
+            }
+    bloat = None
+    relations = read_bloat(run_dir)
+    if relations is not None:
+        for r in relations:
+            r["disagree"] = dead_tuples_disagree(r.get("dead_tuple_count"), r.get("n_dead_tup"))
+
+        def total(key: str, toast: bool) -> float | None:
+            vals = [r.get(key) for r in relations if str(r.get("scope", "")).endswith(TOAST_SUFFIX) == toast]
+            vals = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+            return float(sum(vals)) if vals else None
+
+        bloat = {
+            "relations": relations,
+            "dead_tuples_exact": total("dead_tuple_count", False),
+            "dead_tuples_exact_toast": total("dead_tuple_count", True),
+            "n_dead_tup": total("n_dead_tup", False),
+            "n_dead_tup_toast": total("n_dead_tup", True),
+            "dead_bytes": (total("dead_tuple_len", False) or 0.0) + (total("dead_tuple_len", True) or 0.0),
+            "free_bytes": (total("free_space", False) or 0.0) + (total("free_space", True) or 0.0),
+            "disagree": [r["scope"] for r in relations if r["disagree"]],
+        }
+    return {"bill": bill, "statements": statements, "bloat": bloat}
+
+
+def _cost_warnings(window: dict[str, Any], tables: dict[str, Any], costs: dict[str, Any]) -> list[str]:
+    out = []
+    bloat = costs.get("bloat") or {}
+    for r in bloat.get("relations") or []:
+        if r.get("disagree"):
+            exact, est = float(r["dead_tuple_count"]), float(r["n_dead_tup"])
+            out.append(f"dead tuples of {r['scope']} at the end: pgstattuple counts {exact:,.0f} still taking space, "
+                       f"the statistics' n_dead_tup says {est:,.0f} (off by more than {DEAD_TUPLE_DISAGREE:.0%}); "
+                       f"n_dead_tup is an estimate that also counts dead line pointers page pruning already "
+                       f"emptied (they wait for VACUUM), so the sampled dead-tuple figures of this table are "
+                       f"not the space dead rows take")
+    cp = window.get("checkpoint") or {}
+    if cp.get("error"):
+        out.append(f"no CHECKPOINT before the measured window ({cp['error']}); the window's full-page images "
+                   f"depend on when the server last checkpointed")
+    elif cp.get("finished_at") is not None and window.get("measure_start") is not None \
+            and cp["finished_at"] > window["measure_start"]:
+        out.append(f"the CHECKPOINT before the measured window finished {cp['finished_at'] - window['measure_start']:.1f} s "
+                   f"into it; its writes count in the window")
+    checkpoints = ((tables.get("servers") or {}).get("postgres") or {}).get("window", {}).get("checkpoints")
+    if checkpoints:
+        out.append(f"{checkpoints:.0f} checkpoint(s) completed inside the measured window (server-wide); full-page "
+                   f"images and bytes written include theirs")
     return out

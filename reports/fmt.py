@@ -1,6 +1,8 @@
 """How a figure is written, for the reports and the terminal alike: one module, one marker for a
-figure that is missing or does not apply (:data:`MISSING`). A figure that is a word rather than a
-number (a lag percentile that is ``"not delivered"``, see :mod:`metrics.rundir`) is written as is."""
+figure that is missing or does not apply (:data:`MISSING`), and one for a figure that applies but
+could not be measured (:data:`UNAVAILABLE`, always shown with its reason). A figure that is a word
+rather than a number (a lag percentile that is ``"not delivered"``, see :mod:`metrics.rundir`) is
+written as is."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 from typing import Any
 
 MISSING = "—"
+UNAVAILABLE = "not available"  # a figure that applies but could not be measured here (the reason is shown)
 
 
 def missing(x: Any) -> bool:

@@ -10,6 +10,8 @@ import json
 from html import escape
 from typing import Callable
 
+from reports import fmt
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
 from reports.why import why_blocks
@@ -44,6 +46,8 @@ ol.say li{margin:5px 0} .cite{color:#555;font-size:12px;white-space:nowrap}
 figure{margin:18px 0;background:#fff;border:1px solid #e1e1e1;padding:10px}
 figure img{max-width:100%} figcaption{color:#444;font-size:13px}
 details{margin:4px 0} pre{white-space:pre-wrap;font-size:12px;background:#f4f4f4;padding:8px}
+td.na{color:#8a6d00} .notes{font-size:12px;color:#444} .notes li{margin:2px 0}
+td.q{text-align:left;font-family:ui-monospace,monospace;font-size:11px;max-width:620px;overflow-wrap:anywhere}
 .pick{font-size:17px;font-weight:700;margin:8px 0}
 .verdict-go{color:#1d7a1d;font-size:20px;font-weight:700} .verdict-nogo{color:#b3261e;font-size:20px;font-weight:700}
 """
@@ -143,13 +147,79 @@ def section_summary(report: Report) -> str:
                 classes.append("text")
             value = "" if c.value is None else (c.value if isinstance(c.value, str) else repr(c.value))
             ratio = f'<span class="ratio">{escape(c.ratio)} vs baseline</span>' if c.ratio else ""
+            if c.note:
+                classes.append("na")
+            title = f' title="{escape(c.note)}"' if c.note else ""
             cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
-                         f'data-value="{escape(str(value))}">{escape(c.text)}{ratio}</td>')
+                         f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>')
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
+    notes = t.notes()
+    note_html = ""
+    if notes:
+        note_html = ('<div class="notes" id="unavailable"><b>not available</b>, and why:<ul>'
+                     + "".join(f"<li>{escape(label)}: {escape(reason)}</li>" for label, reason in notes) + "</ul></div>")
     return (f'<section id="summary-section"><h2>Table 1 · Summary</h2>'
             + "".join(f'<p class="howto">{escape(text)}</p>' for text in how_to_read_report(report.runs))
             + f'<table id="summary">{_run_headers(report, "figure")}'
-            + "".join(rows) + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p></section>')
+            + "".join(rows) + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p>{note_html}</section>')
+
+
+def section_bloat(report: Report) -> str:
+    """Table 2: dead tuples by relation at the end of each run, exact beside the estimate."""
+    if not report.bloat:
+        return ""
+    head = ("<tr><th class=\"k\">run</th><th class=\"k\">relation</th><th>dead tuples (pgstattuple)</th>"
+            "<th>n_dead_tup (statistics)</th><th>dead, % of bytes</th><th>live tuples</th><th>free space</th>"
+            "<th>free %</th><th>agree?</th></tr>")
+    rows = []
+    for b in report.bloat:
+        agree = '<span class="bad">✘ off by more than 20%</span>' if b.disagree else '<span class="ok">✔</span>'
+        rows.append(f'<tr data-bloat="{escape(b.relation)}" data-run="{escape(b.run)}"><td class="k">{escape(b.run)}</td>'
+                    f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td><td>{fmt.fixed(b.n_dead_tup)}</td>'
+                    f"<td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td><td>{fmt.fixed(b.live_exact)}</td>"
+                    f"<td>{fmt.human_bytes(b.free_bytes)}</td><td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>")
+    return (f'<section id="bloat-section"><h2>Table 2 · Dead tuples by relation at the end of each run</h2>'
+            f'<table id="bloat">{head}{"".join(rows)}</table><p class="meta">{escape(BLOAT_NOTE)}</p></section>')
+
+
+def section_processes(report: Report) -> str:
+    """Table 4: bytes written and CPU per fire by server and kind of process."""
+    if not report.processes:
+        return ""
+    head = ('<tr><th class="k">run</th><th class="k">server</th><th class="k">process</th>'
+            "<th>bytes passed to write() / fire</th><th>kernel's storage charge / fire</th><th>CPU ms / fire</th></tr>")
+    rows = "".join(f'<tr data-process="{escape(p.kind)}" data-run="{escape(p.run)}"><td class="k">{escape(p.run)}</td>'
+                   f'<td class="k">{escape(p.server)}</td><td class="k">{escape(p.kind)}</td>'
+                   f"<td>{fmt.human_bytes(p.write_chars_per_fire)}</td><td>{fmt.human_bytes(p.write_bytes_per_fire)}</td>"
+                   f"<td>{fmt.num(p.cpu_ms_per_fire)}</td></tr>"
+                   for p in report.processes)
+    return (f'<section id="processes-section"><h2>Table 4 · Bytes written and CPU per fire, by server process</h2>'
+            f'<table id="processes">{head}{rows}</table><p class="meta">{escape(PROCESS_NOTE)}</p></section>')
+
+
+def section_statements(report: Report) -> str:
+    """Table 3: each design's top statements by time and by WAL, per fire."""
+    if not report.statements:
+        return ""
+    out = ['<section id="statements-section"><h2>Table 3 · Top statements per design</h2>']
+    head = ("<tr><th class=\"k\">statement</th><th>calls / fire</th><th>ms / fire</th><th>mean ms</th>"
+            "<th>WAL / fire</th><th>FPI / fire</th><th>blocks dirtied / fire</th><th>rows / call</th></tr>")
+    for top in report.statements:
+        run = next(r for r in report.runs if r.label == top.run)
+        out.append(f"<h3>{_swatch(run)}{escape(top.run)}</h3>")
+        if not top.by_time:
+            why = top.unavailable or "no statements were recorded in the window"
+            out.append(f'<div class="notes" data-statements="{escape(top.run)}">{fmt.UNAVAILABLE}: {escape(why)}</div>')
+            continue
+        for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
+            body = "".join(
+                f'<tr><td class="q">{escape(x.query)}</td><td>{fmt.num(x.calls_per_fire)}</td><td>{fmt.num(x.ms_per_fire)}</td>'
+                f"<td>{fmt.num(x.mean_ms)}</td><td>{fmt.human_bytes(x.wal_bytes_per_fire)}</td><td>{fmt.num(x.fpi_per_fire)}</td>"
+                f"<td>{fmt.num(x.dirtied_per_fire)}</td><td>{fmt.num(x.rows_per_call)}</td></tr>" for x in rows)
+            out.append(f'<table class="statements" data-run="{escape(top.run)}" data-by="{title}"><caption>{escape(title)}</caption>'
+                       f"{head}{body or '<tr><td colspan=8>none</td></tr>'}</table>")
+    out.append(f'<p class="meta">{escape(STATEMENTS_NOTE)}</p></section>')
+    return "".join(out)
 
 
 def section_narrative(report: Report) -> str:
@@ -269,6 +339,9 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
     section_summary,
     section_narrative,
+    section_bloat,
+    section_statements,
+    section_processes,
     section_fairness,
     section_why,  # reports/why.py: only beside a rejected alternative of seeds/003
     section_per_day,

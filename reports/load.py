@@ -32,12 +32,18 @@ class Run:
     fires: pd.DataFrame  # fires.parquet, every column
     samples: pd.DataFrame  # samples.parquet, long form: t, elapsed_s, scope, metric, value
     migration: dict[str, Any] | None = None  # migration.json of a dry-run (issue 8), if present
+    statements: pd.DataFrame | None = None  # statements.parquet (None: not recorded, see summary's unavailable)
     problems: list[str] = field(default_factory=list)  # files missing or unreadable
     label: str = ""
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def given_label(self) -> str | None:
+        """The name ``bench run --label`` gave the run (``pg_queue, tuned``), if any."""
+        return self.config.get("label") or None
 
     @property
     def scheduler(self) -> str:
@@ -154,7 +160,7 @@ class Run:
         s = self.samples
         if s.empty:
             return pd.DataFrame({"elapsed_s": [], "value": []})
-        rel = s[(s["scope"] != "run") & (s["metric"] == metric)]
+        rel = s[s["scope"].map(rundir.is_relation_scope) & (s["metric"] == metric)]
         is_toast = rel["scope"].str.endswith(TOAST_SUFFIX)
         rel = rel[is_toast] if toast else rel[~is_toast]
         if rel.empty:
@@ -172,7 +178,7 @@ class Run:
         return rundir.batch_sizes_in_window(self.samples, float(start), float(end))
 
     def has_relations(self) -> bool:
-        return not self.samples.empty and bool((self.samples["scope"] != "run").any())
+        return not self.samples.empty and bool(self.samples["scope"].map(rundir.is_relation_scope).any())
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -266,11 +272,14 @@ def read_run(path: Path) -> Run:
         summary = _read("recomputed summary", recompute, path, problems, {})
     if not summary:
         summary = {"complete": False, "incomplete_reason": f"{state}: no readable {rundir.SUMMARY}"}
+    statements = None
+    if (path / rundir.STATEMENTS).exists():
+        statements = _read(rundir.STATEMENTS, lambda p: rundir.read_statements(p).to_pandas(), path, problems, None)
     migration = None
     if (path / rundir.MIGRATION).exists():
         migration = _read(rundir.MIGRATION, lambda p: json.loads((p / rundir.MIGRATION).read_text()), path, problems, None)
     return Run(path=path, config=config, summary=summary, fires=fires, samples=samples,
-               migration=migration, problems=problems)
+               migration=migration, statements=statements, problems=problems)
 
 
 def load_runs(args: list[str] | tuple[str, ...]) -> list[Run]:
@@ -279,13 +288,14 @@ def load_runs(args: list[str] | tuple[str, ...]) -> list[Run]:
     runs = [read_run(p) for p in expand_run_paths(args)]
     counts: dict[str, int] = {}
     for r in runs:
-        counts[r.scheduler] = counts.get(r.scheduler, 0) + 1
+        name = r.given_label or r.scheduler
+        counts[name] = counts.get(name, 0) + 1
     used: set[str] = set()
     for r in runs:
-        label = r.scheduler
-        if counts[r.scheduler] > 1:
+        label = r.given_label or r.scheduler
+        if counts[label] > 1:
             stamp = r.name.split("-")[1] if r.name.count("-") >= 2 else r.name
-            label = f"{r.scheduler} @{stamp}"
+            label = f"{label} @{stamp}"
         base, n = label, 2
         while label in used:
             label, n = f"{base} ({n})", n + 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from reports import fmt
+from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
 from reports.why import why_blocks
@@ -85,7 +87,50 @@ def md_summary(report: Report) -> str:
             cells.append(text)
         rows.append(cells)
     return ("## Table 1 · Summary\n\n" + "".join(f"{text}\n\n" for text in how_to_read_report(report.runs))
-            + _table(_headers(report, "figure"), rows) + "\n\n" + SUMMARY_LEGEND + " (×r) is the ratio to the baseline.")
+            + _table(_headers(report, "figure"), rows) + "\n\n" + SUMMARY_LEGEND + " (×r) is the ratio to the baseline."
+            + ("\n\n**not available**, and why:\n" if report.table.notes() else "")
+            + "\n".join(f"- {label}: {reason}" for label, reason in report.table.notes()))
+
+
+def md_bloat(report: Report) -> str:
+    if not report.bloat:
+        return ""
+    rows = [[b.run, b.relation, fmt.fixed(b.dead_exact), fmt.fixed(b.n_dead_tup), fmt.fixed(b.dead_percent, "{:.1f}%"),
+             fmt.fixed(b.live_exact), fmt.human_bytes(b.free_bytes), fmt.fixed(b.free_percent, "{:.1f}%"),
+             "✘ off by more than 20%" if b.disagree else "✔"] for b in report.bloat]
+    header = ["run", "relation", "dead tuples (pgstattuple)", "n_dead_tup (statistics)", "dead, % of bytes",
+              "live tuples", "free space", "free %", "agree?"]
+    return "## Table 2 · Dead tuples by relation at the end of each run\n\n" + _table(header, rows) + "\n\n" + BLOAT_NOTE
+
+
+def md_statements(report: Report) -> str:
+    if not report.statements:
+        return ""
+    out = ["## Table 3 · Top statements per design"]
+    header = ["statement", "calls / fire", "ms / fire", "mean ms", "WAL / fire", "FPI / fire", "blocks dirtied / fire",
+              "rows / call"]
+    for top in report.statements:
+        out.append(f"### {top.run}")
+        if not top.by_time:
+            out.append(f"{fmt.UNAVAILABLE}: {top.unavailable or 'no statements were recorded in the window'}")
+            continue
+        for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
+            out.append(f"**{title}**\n\n" + _table(header, [[f"`{x.query}`", fmt.num(x.calls_per_fire), fmt.num(x.ms_per_fire),
+                                                               fmt.num(x.mean_ms), fmt.human_bytes(x.wal_bytes_per_fire),
+                                                               fmt.num(x.fpi_per_fire), fmt.num(x.dirtied_per_fire),
+                                                               fmt.num(x.rows_per_call)] for x in rows]))
+    out.append(STATEMENTS_NOTE)
+    return "\n\n".join(out)
+
+
+def md_processes(report: Report) -> str:
+    if not report.processes:
+        return ""
+    rows = [[p.run, p.server, p.kind, fmt.human_bytes(p.write_chars_per_fire), fmt.human_bytes(p.write_bytes_per_fire),
+             fmt.num(p.cpu_ms_per_fire)] for p in report.processes]
+    return ("## Table 4 · Bytes written and CPU per fire, by server process\n\n"
+            + _table(["run", "server", "process", "bytes passed to write() / fire", "kernel's storage charge / fire",
+                      "CPU ms / fire"], rows) + "\n\n" + PROCESS_NOTE)
 
 
 def md_narrative(report: Report) -> str:
@@ -154,8 +199,8 @@ def md_why(report: Report) -> str:
 
 SECTIONS: list[Callable[[Report], str]] = [
     md_header, md_checks, md_failures, md_decision(recommendation_blocks), md_decision(gate_blocks),
-    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_decision(fairness_blocks), md_why, md_decision(per_day_blocks),
-    md_migration, md_environment, md_runs,
+    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_bloat, md_statements, md_processes,
+    md_decision(fairness_blocks), md_why, md_decision(per_day_blocks), md_migration, md_environment, md_runs,
 ]
 
 

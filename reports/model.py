@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from reports.costs import BloatRow, ProcessRow, TopStatements, bloat_rows, process_rows, top_statements
 from reports.decide import Decision, build_decision
 from reports.load import Run
 from reports.narrative import Sentence, sentences
@@ -32,11 +33,19 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     failures: list[FailedRun] = field(default_factory=list)
     generated_at: str = ""
+    bloat: list[BloatRow] = field(default_factory=list)
+    statements: list[TopStatements] = field(default_factory=list)
+    processes: list[ProcessRow] = field(default_factory=list)
     decision: Decision | None = None  # recommendation, fairness, cost per day, gate
 
     @property
     def baseline(self) -> Run | None:
         return self.runs[self.table.baseline] if self.runs else None
+
+
+def _uses_postgres(run: Run) -> bool:
+    return (run.statements is not None or bool((run.summary.get("unavailable") or {}).get("statements"))
+            or "postgres" in ((run.summary.get("bill") or {}).get("stores") or []))
 
 
 def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
@@ -52,5 +61,8 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         figures=render_figures(runs) if (with_figures and runs) else [],
         failures=list(failures or []),
         generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        bloat=bloat_rows(runs),
+        statements=[top_statements(r) for r in runs if _uses_postgres(r)],
+        processes=process_rows(runs),
         decision=build_decision(runs, slo, project_rate, gate) if runs else None,
     )

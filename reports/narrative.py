@@ -46,6 +46,57 @@ def dead_tuple_growth(run: Run, toast: bool = False) -> tuple[float, float, floa
     return float(first["value"]), float(last["value"]), seconds, (float(last["value"]) - float(first["value"])) / seconds
 
 
+def _row_writes(pf: dict) -> float | None:
+    """Heap + TOAST row writes per fire (heap only for a summary older than the TOAST columns)."""
+    if pf.get("row_writes") is not None:
+        return float(pf["row_writes"])
+    heap = [pf.get(k) for k in ("inserts", "updates", "deletes")]
+    return None if any(v is None for v in heap) else float(sum(heap))
+
+
+VACUUM_KNOBS = ("autovacuum_tuned", "autovacuum_scale_factor", "autovacuum_threshold_rows", "autovacuum_cost_delay_ms")
+
+
+def _vacuum(run: Run) -> tuple | None:
+    opts = run.config.get("options") or {}
+    if not all(k in opts for k in VACUUM_KNOBS):
+        return None
+    return tuple(opts[k] if opts["autovacuum_tuned"] or k == "autovacuum_tuned" else None for k in VACUUM_KNOBS)
+
+
+def _tuning_and_design(runs: list[Run]) -> list[Sentence]:
+    """For a design run twice with different vacuum settings, what tuning changed; and against
+    another design run with the tuned settings, what the design changed."""
+    out = []
+    for a in runs:
+        for b in runs:
+            va, vb = _vacuum(a), _vacuum(b)
+            if a is b or a.scheduler != b.scheduler or va is None or vb is None or va == vb or va[0] or not vb[0]:
+                continue
+            peers = [c for c in runs if c.scheduler != b.scheduler and _vacuum(c) == vb]
+            figures = [("dead tuples peak", lambda r: (r.summary.get("dead_tuples") or {}).get("table_peak"), fmt.num),
+                       ("row writes per fire", lambda r: _row_writes(r.summary.get("per_fire") or {}), fmt.num),
+                       ("p99 lag", _p99, fmt.ms)]
+            said = []
+            for name, read, show in figures:
+                x, y = read(a), read(b)
+                if x is None or y is None:
+                    continue
+                part = f"{name} {show(x)} → {show(y)}"
+                for c in peers:
+                    z = read(c)
+                    if z is not None:
+                        part += f" → {show(z)} ({c.label})"
+                said.append(part)
+            if not said:
+                continue
+            text = (f"Tuning alone ({a.label} → {b.label}, the same design with per-table autovacuum settings)"
+                    + (f", then the design ({b.label} → {', '.join(c.label for c in peers)}, the same settings)" if peers else "")
+                    + ": " + "; ".join(said) + ".")
+            out.append(Sentence(text, _t1("Dead tuples, table, peak", "Row writes per fire, heap + TOAST", "Lag p99")))
+    return out
+
+
 def _p99(run: Run) -> float | None:
     """The p99 lag in ms; ``inf`` when it falls among fires never delivered."""
     v = (run.summary.get("lag_ms") or {}).get("p99")
@@ -182,19 +233,28 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             rows.append("Autovacuum runs")
         out.append(Sentence(text + ".", _fig("dead_tuples") + (f"; {_t1(*rows)}" if rows else "")))
 
-    # 7. Write amplification: row writes and WAL per fire.
+    # 7. Write amplification: row writes (heap + TOAST) and WAL per fire.
     amp = []
     for r in runs:
         pf = r.summary.get("per_fire") or {}
-        if all(pf.get(k) is not None for k in ("inserts", "updates", "deletes")):
-            amp.append((r, float(pf["inserts"]) + float(pf["updates"]) + float(pf["deletes"]), pf))
+        total = _row_writes(pf)
+        if total is not None:
+            amp.append((r, total, pf))
     if amp:
         parts = []
         for r, total, pf in amp:
-            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf['inserts'])} inserts, "
-                 f"{fmt.num(pf['updates'])} updates, {fmt.num(pf['deletes'])} deletes)")
+            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf.get('inserts'))} inserts, "
+                 f"{fmt.num(pf.get('updates'))} updates, {fmt.num(pf.get('deletes'))} deletes")
+            if pf.get("toast_writes") is not None:
+                p += (f"; TOAST {fmt.num(pf.get('toast_inserts'))} inserts, {fmt.num(pf.get('toast_updates'))} updates, "
+                      f"{fmt.num(pf.get('toast_deletes'))} deletes")
+            else:
+                p += "; TOAST not recorded"
+            p += ")"
             if pf.get("wal_bytes") is not None:
                 p += f" and {fmt.human_bytes(pf['wal_bytes'])} of WAL per fire"
+                if pf.get("wal_fpi") is not None:
+                    p += f" ({fmt.num(pf['wal_fpi'])} full-page images)"
             parts.append(p)
         text = "Write amplification: " + "; ".join(parts) + "."
         if any(pf.get("wal_bytes") is not None for _, _, pf in amp):
@@ -204,7 +264,28 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             worst = max(amp, key=lambda a: a[1])
             if worst[1] > lowest[1]:
                 text += f" {worst[0].label} writes {worst[1] / lowest[1]:.1f}× the rows per fire of {lowest[0].label}."
-        out.append(Sentence(text, _t1("Inserts per fire", "Updates per fire", "Deletes per fire", "WAL bytes per fire")))
+        out.append(Sentence(text, _t1("Row writes per fire, heap + TOAST", "WAL bytes per fire")))
+
+    # 7b. The bill across stores: what each design pays on every store it writes to.
+    bill = [(r, r.summary.get("bill") or {}) for r in runs]
+    bill = [(r, b) for r, b in bill if b.get("durable_writes") is not None or b.get("bytes_written") is not None]
+    if bill:
+        parts = []
+        for r, b in bill:
+            stores = " + ".join(b.get("stores") or []) or "no store"
+            p = f"{r.label} ({stores}): {fmt.num(b.get('durable_writes'))} durable writes"
+            if b.get("bytes_written") is not None:
+                p += f" and {fmt.human_bytes(b['bytes_written'])} written"
+            tw = ((r.summary.get("servers") or {}).get("temporal") or {}).get("per_fire", {}).get("persistence_writes")
+            if tw is not None:
+                p += f", of which {fmt.num(tw)} Temporal persistence writes"
+            parts.append(p)
+        out.append(Sentence("Per fire, counting every store a design writes to: " + "; ".join(parts) + ".",
+                            _t1("Durable writes per fire", "Bytes written per fire, all stores")))
+
+    # 7c. Tuning against design: the same design with other vacuum settings, then another design
+    # with the same settings (bench compare --tuned-control).
+    out.extend(_tuning_and_design(runs))
 
     # 8. HOT ratio, where updates happened.
     hot = [(r, float(r.summary["hot_ratio"])) for r in runs if r.summary.get("hot_ratio") is not None]

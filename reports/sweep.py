@@ -154,7 +154,7 @@ def figures(data: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
                     "p99 lag of the measured window at each target rate; filled: held, ×: the rate that stopped the "
                     "backend (not held). Dashed: the default SLO (a backend may have its own, see the table); dotted: "
                     "the pgbench ceiling (rows re-armed/s) measured in the same sweep.", lag))
-    writes = rate_figure(data, "writes_per_fire", "row writes per fire (ins + upd + del)", False, None)
+    writes = rate_figure(data, "writes_per_fire", "row writes per fire (ins + upd + del, heap + TOAST)", False, None)
     if writes:
         out.append(("sweep-writes", "Rate vs writes per fire",
                     "Inserts + updates + deletes of the scheduler's own tables per fire (TOAST chunks not counted), "

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
 from metrics.rundir import how_to_read
 from reports import fmt
+from reports.costs import SERVER_WIDE_NOTE
 from reports.load import Run
 
 # memory is the harness's reference (no store): when real backends are in the report it is shown
@@ -109,6 +110,28 @@ def _complete(run: Run) -> str:
     return f"no: {fmt.one_line(reason)}"
 
 
+def _server(server: str, metric: str, scale: float = 1.0) -> Callable[[Run], Any]:
+    """A server's per-fire figure (``summary.servers.<server>.per_fire.<metric>``)."""
+
+    def read(run: Run) -> Any:
+        v = _get("servers", server, "per_fire", metric)(run)
+        return None if v is None else float(v) * scale
+
+    return read
+
+
+def _statement_ms_per_fire(run: Run) -> float | None:
+    design = _get("statements", "design", "exec_ms")(run)
+    fires = run.summary.get("fires")
+    return None if design is None or not fires else float(design) / float(fires)
+
+
+def _sampler_ms_per_s(run: Run) -> float | None:
+    sampler = _get("statements", "sampler", "exec_ms")(run)
+    measured = run.summary.get("measured_s")
+    return None if sampler is None or not measured else float(sampler) / float(measured)
+
+
 @dataclass(frozen=True)
 class RowSpec:
     key: str
@@ -118,6 +141,18 @@ class RowSpec:
     better: str | None = None  # "lower", "higher" or None (no best marked, no ratio)
     kind: str = "number"  # number, count, bytes, ratio, percent, text
     group: str = ""
+    # keys of the summary's ``unavailable``: when the figure is missing and the run names one of
+    # them, the cell says "not available" and the report gives the reason
+    needs: tuple[str, ...] = ()
+
+
+WRITES = "Row writes per fire (the design's tables)"
+WAL = "WAL per fire (server-wide)"
+POSTGRES_BILL = "Postgres per fire (server-wide)"
+TEMPORAL_BILL = "Temporal per fire (server-wide)"
+BILL = "The bill per fire, all stores"
+BLOAT = "Dead tuples at the end (pgstattuple, exact)"
+STATEMENTS = "Statements (pg_stat_statements, measured window)"
 
 
 SUMMARY_ROWS: list[RowSpec] = [
@@ -160,13 +195,59 @@ SUMMARY_ROWS: list[RowSpec] = [
     RowSpec("dead_toast_peak", "Dead tuples, TOAST, peak", "", _get("dead_tuples", "toast_peak"), "lower", kind="count", group="Postgres"),
     RowSpec("dead_toast_end", "Dead tuples, TOAST, end", "", _get("dead_tuples", "toast_end"), "lower", kind="count", group="Postgres"),
     RowSpec("hot_ratio", "HOT ratio (HOT / all updates)", "%", _get("hot_ratio"), "higher", kind="percent", group="Postgres"),
-    RowSpec("inserts_per_fire", "Inserts per fire", "", _get("per_fire", "inserts"), "lower", group="Postgres"),
-    RowSpec("updates_per_fire", "Updates per fire", "", _get("per_fire", "updates"), "lower", group="Postgres"),
-    RowSpec("deletes_per_fire", "Deletes per fire", "", _get("per_fire", "deletes"), "lower", group="Postgres"),
-    RowSpec("wal_bytes_per_fire", "WAL bytes per fire", "B", _get("per_fire", "wal_bytes"), "lower", kind="bytes", group="Postgres"),
     RowSpec("autovacuum_runs", "Autovacuum runs", "", _get("autovacuum_runs"), kind="count", group="Postgres"),
     RowSpec("table_bytes_end", "Table size at end", "B", _get("table_bytes_end"), "lower", kind="bytes", group="Postgres"),
     RowSpec("index_bytes_end", "Index size at end", "B", _get("index_bytes_end"), "lower", kind="bytes", group="Postgres"),
+    RowSpec("inserts_per_fire", "Heap inserts per fire", "", _get("per_fire", "inserts"), "lower", group=WRITES),
+    RowSpec("updates_per_fire", "Heap updates per fire", "", _get("per_fire", "updates"), "lower", group=WRITES),
+    RowSpec("deletes_per_fire", "Heap deletes per fire", "", _get("per_fire", "deletes"), "lower", group=WRITES),
+    RowSpec("toast_inserts_per_fire", "TOAST inserts per fire", "", _get("per_fire", "toast_inserts"), "lower", group=WRITES),
+    RowSpec("toast_updates_per_fire", "TOAST updates per fire", "", _get("per_fire", "toast_updates"), "lower", group=WRITES),
+    RowSpec("toast_deletes_per_fire", "TOAST deletes per fire", "", _get("per_fire", "toast_deletes"), "lower", group=WRITES),
+    RowSpec("heap_writes_per_fire", "Heap writes per fire", "", _get("per_fire", "heap_writes"), "lower", group=WRITES),
+    RowSpec("toast_writes_per_fire", "TOAST writes per fire", "", _get("per_fire", "toast_writes"), "lower", group=WRITES),
+    RowSpec("row_writes_per_fire", "Row writes per fire, heap + TOAST", "", _get("per_fire", "row_writes"), "lower", group=WRITES),
+    RowSpec("wal_bytes_per_fire", "WAL bytes per fire", "B", _get("per_fire", "wal_bytes"), "lower", kind="bytes", group=WAL),
+    RowSpec("wal_records_per_fire", "WAL records per fire", "", _get("per_fire", "wal_records"), "lower", group=WAL,
+            needs=("wal_records",)),
+    RowSpec("wal_fpi_per_fire", "Full-page images per fire", "", _get("per_fire", "wal_fpi"), "lower", group=WAL,
+            needs=("wal_records",)),
+    RowSpec("postgres_io_bytes_per_fire", "Postgres bytes written per fire (pg_stat_io)", "B",
+            _server("postgres", "io_write_bytes"), "lower", kind="bytes", group=POSTGRES_BILL, needs=("postgres_io",)),
+    RowSpec("postgres_cpu_ms_per_fire", "Postgres CPU per fire", "ms", _server("postgres", "cpu_s", 1000.0), "lower",
+            group=POSTGRES_BILL, needs=("postgres_process",)),
+    RowSpec("temporal_requests_per_fire", "Temporal persistence requests per fire", "",
+            _server("temporal", "persistence_requests"), "lower", group=TEMPORAL_BILL, needs=("temporal_metrics",)),
+    RowSpec("temporal_writes_per_fire", "Temporal persistence writes per fire", "",
+            _server("temporal", "persistence_writes"), "lower", group=TEMPORAL_BILL, needs=("temporal_metrics",)),
+    RowSpec("temporal_actions_per_fire", "Temporal actions per fire", "", _server("temporal", "actions"), "lower",
+            group=TEMPORAL_BILL, needs=("temporal_metrics",)),
+    RowSpec("temporal_bytes_per_fire", "Temporal bytes written per fire (the kernel's count for its process)", "B",
+            _server("temporal", "write_bytes"), "lower", kind="bytes", group=TEMPORAL_BILL, needs=("temporal_process",)),
+    RowSpec("temporal_file_growth_per_fire", "Temporal store growth per fire (SQLite files)", "B",
+            _server("temporal", "file_bytes"), "lower", kind="bytes", group=TEMPORAL_BILL, needs=("temporal_process",)),
+    RowSpec("temporal_cpu_ms_per_fire", "Temporal CPU per fire", "ms", _server("temporal", "cpu_s", 1000.0), "lower",
+            group=TEMPORAL_BILL, needs=("temporal_process",)),
+    RowSpec("durable_writes_per_fire", "Durable writes per fire (row writes + Temporal persistence writes)", "",
+            _get("bill", "durable_writes"), "lower", group=BILL, needs=("temporal_metrics",)),
+    RowSpec("bytes_written_per_fire", "Bytes written per fire, all stores", "B",
+            _get("bill", "bytes_written"), "lower", kind="bytes", group=BILL, needs=("postgres_io", "temporal_process")),
+    RowSpec("dead_exact", "Dead tuples, tables (pgstattuple)", "", _get("bloat", "dead_tuples_exact"), "lower",
+            kind="count", group=BLOAT, needs=("bloat",)),
+    RowSpec("dead_estimate", "n_dead_tup, tables, read at the same moment", "", _get("bloat", "n_dead_tup"),
+            kind="count", group=BLOAT, needs=("bloat",)),
+    RowSpec("dead_exact_toast", "Dead tuples, TOAST (pgstattuple)", "", _get("bloat", "dead_tuples_exact_toast"),
+            "lower", kind="count", group=BLOAT, needs=("bloat",)),
+    RowSpec("dead_estimate_toast", "n_dead_tup, TOAST, read at the same moment", "", _get("bloat", "n_dead_tup_toast"),
+            kind="count", group=BLOAT, needs=("bloat",)),
+    RowSpec("dead_bytes", "Dead tuple bytes, tables + TOAST", "B", _get("bloat", "dead_bytes"), "lower", kind="bytes",
+            group=BLOAT, needs=("bloat",)),
+    RowSpec("free_bytes", "Free space, tables + TOAST", "B", _get("bloat", "free_bytes"), kind="bytes", group=BLOAT,
+            needs=("bloat",)),
+    RowSpec("statement_ms_per_fire", "Statement time per fire (the design's)", "ms", _statement_ms_per_fire, "lower",
+            group=STATEMENTS, needs=("statements",)),
+    RowSpec("sampler_ms_per_s", "The sampler's statement time per second", "ms/s", _sampler_ms_per_s,
+            group=STATEMENTS, needs=("statements",)),
 ]
 
 
@@ -197,10 +278,11 @@ def format_ratio(value: Any, base: Any) -> str:
 
 @dataclass
 class Cell:
-    value: Any  # the figure itself, unrounded (None: does not apply to this run)
+    value: Any  # the figure itself, unrounded (None: does not apply to this run, or not available)
     text: str
     best: bool = False
     ratio: str = ""
+    note: str = ""  # why the figure is not available (the summary's ``unavailable``)
 
 
 @dataclass
@@ -222,6 +304,24 @@ class SummaryTable:
     def row(self, key: str) -> Row:
         return next(r for r in self.rows if r.spec.key == key)
 
+    def notes(self) -> list[tuple[str, str]]:
+        """(run label, reason) of every "not available" cell, each reason once per run."""
+        out: list[tuple[str, str]] = []
+        for row in self.rows:
+            for run, cell in zip(self.runs, row.cells):
+                if cell.note and (run.label, cell.note) not in out:
+                    out.append((run.label, cell.note))
+        return out
+
+
+def unavailable_reason(run: Run, spec: RowSpec) -> str:
+    """Why ``spec`` has no figure in ``run`` ("" when it simply does not apply)."""
+    reasons = run.summary.get("unavailable") or {}
+    for key in spec.needs:
+        if reasons.get(key):
+            return str(reasons[key])
+    return ""
+
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(float(v))
@@ -238,6 +338,9 @@ def build_summary_table(runs: list[Run], baseline: int = 0) -> SummaryTable:
     for spec in SUMMARY_ROWS:
         values = [spec.read(r) for r in runs]
         cells = [Cell(value=v, text=format_value(v, spec.kind)) for v in values]
+        for r, c in zip(runs, cells):
+            if c.value is None and (why := unavailable_reason(r, spec)):
+                c.text, c.note = fmt.UNAVAILABLE, why
         numbers = [float(v) for v, rk in zip(values, ranked) if rk and _is_number(v)]
         if spec.better and len(numbers) >= 2 and len(set(numbers)) > 1:
             best = min(numbers) if spec.better == "lower" else max(numbers)
@@ -258,7 +361,7 @@ SUMMARY_LEGEND = (
     "has no Postgres tables). Rates, outcomes and lag cover the fires due in the measured window (warm-up "
     "excluded; fires delivered during the drain count with their real lag); correctness and at-least-once "
     "figures cover the whole run. A lag percentile that falls among fires never delivered reads 'not delivered'. "
-    "WAL bytes are server-wide: anything else writing to the same Postgres during a run counts too.")
+    + SERVER_WIDE_NOTE)
 
 
 def how_to_read_report(runs: list[Run]) -> list[str]:
@@ -330,11 +433,11 @@ _CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "s
 
 def warning_lines(run: Run, checks: list[Check]) -> list[str]:
     """What went wrong in one run, one short line per problem: its warnings, then the failed
-    checks no warning already states."""
+    checks no warning already states, then the caveats of its cost figures (measurement notes)."""
     warnings = [str(w) for w in run.summary.get("warnings") or []]
     failed = [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False
               and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)]
-    return fmt.collapse(warnings + failed)
+    return fmt.collapse(warnings + failed) + [str(n) for n in run.summary.get("measurement_notes") or []]
 
 
 ENVIRONMENT_ROWS: list[tuple[str, str]] = [

@@ -158,7 +158,11 @@ class Scheduler(Protocol):
         """Claim due timers and hand them to their type's processor until ``stop`` is set."""
 
     async def stats(self) -> dict[str, float]:
-        """Backend gauges (queue depth, shard utilisation, ...)."""
+        """Backend counters and gauges, read by the metrics sampler every second while a run is
+        measured, so they must not disturb it: in-process counters, or by-key reads of small
+        control tables the design reads anyway (shard counts). Never a scan or a count over the
+        design's tables: the engine counts the queue itself (the sampler's ``backlog``) and reads
+        row counts from the statistics views."""
 
     def relations(self) -> list[str]:
         """Schema-qualified tables the metrics sampler should watch (with their TOAST)."""

@@ -84,7 +84,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import drop_schema, open_pool, qualified
+from schedulers.pg import apply_storage, drop_schema, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries, load_blocks
 
 log = logging.getLogger(__name__)
@@ -159,9 +159,6 @@ class PgLeasedScheduler:
         "inflight_batches": 16,
         # connections in this instance's pool.
         "pool_size": 12,
-        # percent; schedule table page fill. Claims and re-arms are never HOT (they change
-        # indexed columns); the free room serves HOT heartbeats and page-local non-HOT versions.
-        "fillfactor_pct": 90,
         # percent; state table page fill. 50 leaves room for a new version of every row on the
         # page: one commit updates a whole batch in one transaction, and its own old versions
         # cannot be pruned before it commits, so a batch that covers a whole page (claims come
@@ -180,14 +177,12 @@ class PgLeasedScheduler:
         # a HOT update plus three chunk inserts, three chunk deletes and three TOAST index
         # entries). States up to ~4000 bytes stay inline *and* HOT at state_fillfactor_pct 50.
         "inline_state": True,
-        # per-table autovacuum settings on schedule and state (False: server defaults).
-        "autovacuum_tuned": True,
-        # fraction of the table's rows that must be dead before autovacuum (server: 0.2).
-        "autovacuum_scale_factor": 0.02,
-        # rows; added to the scale-factor threshold (server: 50).
-        "autovacuum_threshold_rows": 1000,
-        # milliseconds of cost-based vacuum sleep (server: 2); 0 lets vacuum keep up with churn.
-        "autovacuum_cost_delay_ms": 0,
+        # The storage knobs every Postgres design accepts (schedulers.pg.STORAGE_OPTIONS), on the
+        # schedule and state tables. fillfactor_pct: schedule page fill. Claims and re-arms are
+        # never HOT (they change indexed columns); the free room serves HOT heartbeats and
+        # page-local non-HOT versions. autovacuum_tuned: per-table settings (scale factor 0.02,
+        # threshold 1000 rows, no cost delay) instead of the server's.
+        **storage_options(fillfactor_pct=90, autovacuum_tuned=True),
     }
     conformance_options: dict[str, Any] = {
         "tick_s": 0.05,
@@ -263,15 +258,12 @@ class PgLeasedScheduler:
             "fillfactor_pct": o["fillfactor_pct"],
             "state_fillfactor_pct": o["state_fillfactor_pct"],
             "toast_tuple_target": TOAST_TUPLE_TARGET_MAX if o["inline_state"] else TOAST_TUPLE_TARGET_DEFAULT,
-            "autovacuum_scale_factor": o["autovacuum_scale_factor"],
-            "autovacuum_threshold_rows": o["autovacuum_threshold_rows"],
-            "autovacuum_cost_delay_ms": float(o["autovacuum_cost_delay_ms"]),
         }
 
     def _schema_blocks(self) -> dict[str, str]:
-        """The blocks of ``schema.sql`` that setup runs, in order (one of the autovacuum pair)."""
-        skip = "autovacuum_server_defaults" if self.options["autovacuum_tuned"] else "autovacuum_tuned"
-        return {name: body for name, body in load_blocks(SCHEMA_SQL).items() if name != skip}
+        """The blocks of ``schema.sql`` that setup runs, in order (the storage knobs follow them:
+        :meth:`_apply_storage`)."""
+        return dict(load_blocks(SCHEMA_SQL))
 
     def _render(self, body: str, schema: str, **tables: str) -> sql.Composed:
         """One schema block for ``schema``, ``tables`` binding its table placeholders."""
@@ -286,6 +278,14 @@ class PgLeasedScheduler:
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.ctx.schema)))
                 for body in self._schema_blocks().values():
                     await conn.execute(self._render(body, self.ctx.schema, schedule="schedule", state="state"))
+                await self._apply_storage(conn, self.ctx.schema)
+
+    async def _apply_storage(self, conn, schema: str, schedule: str = "schedule", state: str = "state") -> None:
+        """The storage knobs every Postgres design accepts (schedulers/storage.sql: fillfactor,
+        per-table autovacuum) on the two churning tables; the state table keeps its own
+        fillfactor (``state_fillfactor_pct``). pg_partitioned calls it once per partition."""
+        await apply_storage(conn, schema, (schedule, state), self.options,
+                            fillfactors={state: int(self.options["state_fillfactor_pct"])})
 
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.ctx.dsn:
@@ -348,16 +348,9 @@ class PgLeasedScheduler:
             return len(await cur.fetchall())
 
     async def stats(self) -> dict[str, float]:
-        pool = await self._pool_()
-        async with pool.connection() as conn:
-            row = await (await conn.execute(self.q["stats"])).fetchone()
-        armed, due, in_flight, expired, oldest_due_s = row
+        """In-process counters only (how many rows are due or leased is the engine's to count:
+        counting them here would scan the table the run measures)."""
         return {
-            "armed": float(armed),
-            "due": float(due),
-            "in_flight": float(in_flight),
-            "expired_leases": float(expired),
-            "oldest_due_s": float(oldest_due_s),
             "claim_statements": float(self.claim_statements),
             "claims": float(self.claims),
             "claimed_timers": float(self.claimed_timers),

@@ -282,16 +282,6 @@ SELECT (SELECT coalesce(array_agg(trigger_id), '{{}}') FROM effects) AS delivere
        (SELECT count(*) FROM rearmed) AS rearmed,
        (SELECT count(*) FROM rearmed WHERE state_written) AS states_written;
 
--- name: stats
-SELECT count(*) FILTER (WHERE state <> 'done') AS armed,
-       count(*) FILTER (WHERE state = 'scheduled' AND due_key <= now()) AS due,
-       count(*) FILTER (WHERE state = 'running') AS in_flight,
-       count(*) FILTER (WHERE state = 'running' AND lease_expires < now()) AS expired_leases,
-       coalesce(extract(epoch FROM now() - min(due_key) FILTER (
-           WHERE state = 'scheduled' AND due_key <= now() AND due_key > '-infinity')), 0)
-           AS oldest_due_s
-  FROM {schema}.schedule;
-
 -- name: export_armed
 -- Migration backfill and reconcile only: scheduled and running rows (a running row is armed
 -- until its commit re-arms or finishes it).

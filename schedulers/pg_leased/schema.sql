@@ -1,5 +1,5 @@
--- pg_leased schema. Every block runs on setup (idempotent), in file order, except the two
--- autovacuum blocks at the end: setup runs exactly one of them (option autovacuum_tuned).
+-- pg_leased schema. Every block runs on setup (idempotent), in file order; then the storage
+-- knobs every Postgres design accepts (fillfactor, per-table autovacuum: schedulers/storage.sql).
 -- {schedule} and {state} name the two churning tables ({schema}.schedule, {schema}.state) in the
 -- blocks that set per-table storage parameters: pg_partitioned runs those once per partition.
 -- Other {placeholders} are scheduler options, rendered as SQL literals.
@@ -78,21 +78,3 @@ CREATE TABLE IF NOT EXISTS {schema}.effects (
     recorded_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (trigger_id, due_at)
 );
-
--- name: autovacuum_tuned
--- seeds/000: "Autovacuum needs per-table tuning or the index bloats". Vacuum the two churning
--- tables after a small fraction of dead rows and without cost-based sleeping.
-ALTER TABLE {schedule} SET (
-    autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
-    autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
-    autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
-ALTER TABLE {state} SET (
-    autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},
-    autovacuum_vacuum_threshold = {autovacuum_threshold_rows},
-    autovacuum_vacuum_cost_delay = {autovacuum_cost_delay_ms});
-
--- name: autovacuum_server_defaults
-ALTER TABLE {schedule} RESET (
-    autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);
-ALTER TABLE {state} RESET (
-    autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay);

@@ -105,7 +105,8 @@ class PgPartitionedScheduler(PgLeasedScheduler):
     async def setup(self) -> None:
         """pg_leased's schema.sql into pg_temp (the template), this folder's schema.sql (parents
         LIKE the template, then each partition), and pg_leased's per-table storage blocks (those
-        naming {schedule} or {state}) on every partition. One transaction, idempotent."""
+        naming {schedule} or {state}) and storage knobs on every partition. One transaction,
+        idempotent."""
         schema = self.ctx.schema
         leased = self._schema_blocks()
         per_table = [body for body in leased.values() if _TABLE_PLACEHOLDER.search(body)]
@@ -127,6 +128,7 @@ class PgPartitionedScheduler(PgLeasedScheduler):
                     tables = {t: partition_name(t, k) for t in SPLIT_TABLES}
                     for body in per_table:
                         await conn.execute(self._render(body, schema, **tables))
+                    await self._apply_storage(conn, schema, **tables)  # fillfactor, autovacuum per partition
 
     def _render_partition(self, body: str, remainder: int) -> sql.Composed:
         schema = self.ctx.schema

@@ -9,7 +9,10 @@ The table (``schema.sql``)
     poll state: ``StoreContext.state_bytes`` of incompressible random bytes (default 4096), so with
     the default storage Postgres moves it out of line into TOAST (seeds/003). Six indexes: the
     primary key, ``next_fire_at`` (the one the due-work query walks), ``tenant_id``, ``type``,
-    ``claimed_by`` and ``created_at``. Default fillfactor, default autovacuum: a first version.
+    ``claimed_by`` and ``created_at``. Default fillfactor, default autovacuum: a first version
+    (the storage knobs every Postgres design accepts, :data:`schedulers.pg.STORAGE_OPTIONS`,
+    default to the server's values here; ``bench compare --tuned-control`` runs it with
+    pg_leased's autovacuum settings, to tell tuning from design).
     Effects go to ``effects`` keyed ``(trigger_id, due_at)``.
 
 The cycle, and its four writes per poll (seeds/003: "one insert, two updates, and one delete")
@@ -98,7 +101,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified
+from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries
 
 _HERE = Path(__file__).parent
@@ -106,6 +109,7 @@ SCHEMA_SQL = _HERE / "schema.sql"
 QUERIES_SQL = _HERE / "queries.sql"
 
 TABLES = ("triggers", "effects")
+STORAGE_TABLES = ("triggers",)  # the churning table the storage knobs apply to
 # The six indexes of the trigger table (seeds/003: "it had six indexes"), plus the effects key.
 INDEXES = (
     "triggers_pkey",
@@ -131,6 +135,8 @@ class PgQueueScheduler:
         # True: the tick's transaction (an xid: the vacuum horizon) stays open through the claim and
         # the hand-off to the processor, as seeds/003's tick did; False: nothing open while polling
         "hold_tick_tx": True,
+        # fillfactor_pct, autovacuum_*: schedulers.pg.STORAGE_OPTIONS, at the server's values
+        **storage_options(),
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.1, "stale_claim_s": 2.0, "batch": 50}
     needs_postgres = True
@@ -181,6 +187,7 @@ class PgQueueScheduler:
         pool = await self._get_pool()
         async with pool.connection() as conn:
             await apply_schema(conn, self.ctx.schema, SCHEMA_SQL)
+            await apply_storage(conn, self.ctx.schema, STORAGE_TABLES, self.options)
 
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.ctx.dsn:
@@ -239,15 +246,9 @@ class PgQueueScheduler:
             return len(await cur.fetchall())
 
     async def stats(self) -> dict[str, float]:
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
-            cur = await conn.execute(self.q["gauges"])
-            armed, due, claimed, oldest = await cur.fetchone()
+        """In-process counters only: the queue's depth is the engine's to count (the sampler's
+        ``backlog``), and counting it here would scan the table the run measures."""
         return {
-            "armed": armed,
-            "queue_depth": due,
-            "claimed": claimed,
-            "oldest_due_age_s": oldest,
             "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "ticks": float(self.ticks),

@@ -127,12 +127,3 @@ ORDER BY id;
 DELETE FROM {schema}.triggers WHERE id = ANY(%(ids)s::text[])
 RETURNING id;
 
--- name: gauges
--- Queue gauges for stats(). Counting walks the whole (bloated) table: cheap enough for a
--- sampler every few seconds, and it sees the same dead tuples the scheduler does.
-SELECT count(*)::float8 AS armed,
-       count(*) FILTER (WHERE next_fire_at <= now() AND claimed_by IS NULL)::float8 AS due_unclaimed,
-       count(*) FILTER (WHERE claimed_by IS NOT NULL)::float8 AS claimed,
-       coalesce(extract(epoch FROM now() - min(next_fire_at) FILTER (WHERE claimed_by IS NULL
-                AND next_fire_at <= now())), 0)::float8 AS oldest_due_age_s
-FROM {schema}.triggers;

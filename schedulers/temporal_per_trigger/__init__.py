@@ -23,7 +23,10 @@ Data flow:
 Compared with temporal_shards, a fire writes the trigger row once instead of twice (no claim:
 Temporal runs one execution per workflow id and the workflow one poll at a time, so the workflow
 is the trigger's lock and the activity's heartbeat timeout is its lease), and costs Temporal a
-timer, two workflow tasks and an activity. ``stats()`` counts those operations (``costs.py``).
+timer, two workflow tasks and an activity. ``stats()`` counts those operations in this process
+(``costs.py``) without a query; ``cost_report()`` sums every process's from ``temporal_costs``.
+The storage knobs every Postgres design accepts (:data:`schedulers.pg.STORAGE_OPTIONS`) apply to
+``trigger`` and ``trigger_state``, fillfactor 50 as in temporal_shards.
 
 Crash semantics: cancelling ``run()`` shuts its worker down without releasing anything; Temporal
 retries the interrupted poll activity (at once on the failure the worker reports, or after the
@@ -51,7 +54,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, resolve_options, us
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_per_trigger import costs
 from schedulers.temporal_per_trigger.workflows import (
@@ -66,6 +69,7 @@ from schedulers.temporal_per_trigger.workflows import (
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
 TERMINATE_CONCURRENCY = 64  # terminate RPCs in flight at teardown
+STORAGE_TABLES = ("trigger", "trigger_state")  # the tables fires rewrite (storage knobs)
 
 
 class TemporalPerTriggerScheduler:
@@ -98,6 +102,10 @@ class TemporalPerTriggerScheduler:
         "terminate_s": 30.0,  # teardown(drop=True) terminates running trigger workflows for at most
         # this long, seconds (the embedded dev server terminates a few hundred a second at best)
         "costs_flush_s": 1.0,  # how often this process adds its Temporal counts to temporal_costs, seconds
+        # fillfactor_pct (of trigger and trigger_state; 50 leaves room for the version a commit
+        # writes, as temporal_shards), autovacuum_*: schedulers.pg.STORAGE_OPTIONS, autovacuum at
+        # the server's values
+        **storage_options(fillfactor_pct=50),
     }
     conformance_options: dict[str, Any] = {
         "lease_s": 2.0,
@@ -152,6 +160,7 @@ class TemporalPerTriggerScheduler:
         if created:
             async with self.pool.connection() as conn:
                 await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await apply_storage(conn, self.ctx.schema, STORAGE_TABLES, self.options)
 
     async def _connect(self) -> None:
         """The pool and the Temporal client, without touching the schema: enough to arm, read and
@@ -182,7 +191,10 @@ class TemporalPerTriggerScheduler:
             async with pool.connection() as conn:
                 await drop_schema(conn, self.ctx.schema)
             await pool.close()
-        costs.drain(self.task_queue)
+        if drop:
+            costs.forget(self.task_queue)
+        else:
+            costs.drain(self.task_queue)
         self.client = None
 
     async def _terminate_workflows(self) -> None:
@@ -399,28 +411,43 @@ class TemporalPerTriggerScheduler:
                 raise
 
     async def stats(self) -> dict[str, float]:
+        """This process's Temporal counts (``costs.totals``) and claims, without a query: the
+        metrics sampler reads it every second, and a read or a flush of ``temporal_costs`` there
+        would add a scan and a write per sample to the run it measures. In a run of several
+        processes (``bench run --nodes``) each counts its own; :meth:`cost_report` sums them."""
+        return self._cost_figures(costs.totals(self.task_queue), float(self.claimed_timers))
+
+    async def cost_report(self) -> dict[str, float]:
+        """Every process's counts, read now from ``temporal_costs`` after adding this process's
+        own: a flush and a query per call, for tests and inspection, not for the sampler."""
         await self._connect()
         with contextlib.suppress(Exception):
             await self.flush_costs()  # this process's counts up to now, then every process's sums
         async with self.pool.connection() as conn:
             row = await (await conn.execute(self.q["costs_read"])).fetchone()
         started, completed, signals, activities, cans, fires, stale = row
+        return self._cost_figures(costs.Costs(int(started), int(completed), int(signals), int(activities), int(cans),
+                                              int(fires), int(stale)), float(fires))
+
+    @staticmethod
+    def _cost_figures(c: "costs.Costs", claimed: float) -> dict[str, float]:
+        fires = c.fires
         out = {
-            "workflows_started": started,
-            "workflows_completed": completed,
-            "workflows_running": started - completed,  # by this design's own count
-            "signals_sent": signals,
-            "activities_executed": activities,
-            "continue_as_new": cans,
-            "claimed_timers": fires,  # the sampler's claim-rate gauge: fires handed to processors
-            "stale_polls": stale,
+            "workflows_started": float(c.workflows_started),
+            "workflows_completed": float(c.workflows_completed),
+            "workflows_running": float(c.workflows_started - c.workflows_completed),  # by this design's own count
+            "signals_sent": float(c.signals_sent),
+            "activities_executed": float(c.activities_executed),
+            "continue_as_new": float(c.continue_as_new),
+            "claimed_timers": claimed,  # fires handed to processors (schedulers.base)
+            "stale_polls": float(c.stale_polls),
         }
         # Per fire: the point of the comparison with temporal_shards' batches.
         for name, value in (
-            ("workflows_started", started),
-            ("signals", signals),
-            ("activities", activities),
-            ("continue_as_new", cans),
+            ("workflows_started", c.workflows_started),
+            ("signals", c.signals_sent),
+            ("activities", c.activities_executed),
+            ("continue_as_new", c.continue_as_new),
         ):
             out[f"{name}_per_fire"] = value / fires if fires else 0.0
         return out

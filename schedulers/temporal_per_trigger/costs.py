@@ -7,7 +7,9 @@ and fires handed to a processor (by the poll activity), and Continue-As-New (by 
 
 Counts collect per task queue (one per scheduler instance's schema) in this process and are
 added to the ``temporal_costs`` table about once a second, one row per process, so
-``stats()`` sums every process that arms or runs a worker (``bench run --nodes``).
+``cost_report()`` sums every process that arms or runs a worker (``bench run --nodes``).
+``stats()``, read by the metrics sampler, takes this process's running totals
+(:func:`totals`) and runs no query.
 
 The workflow counts from inside the workflow sandbox (this module is passed through), and only
 when it is not replaying history, so a cache eviction does not count a Continue-As-New twice. A
@@ -39,13 +41,30 @@ class Costs:
 
 
 _lock = threading.Lock()  # workflow activations may run on the SDK's thread pool
-_pending: dict[str, Costs] = {}
+_pending: dict[str, Costs] = {}  # counted, not yet added to temporal_costs
+_totals: dict[str, Costs] = {}  # counted in this process since the task queue's first count
 
 
-def count(task_queue: str, name: str, n: int = 1) -> None:
+def count(task_queue: str, name: str, n: int = 1, *, total: bool = True) -> None:
     with _lock:
         costs = _pending.setdefault(task_queue, Costs())
         setattr(costs, name, getattr(costs, name) + n)
+        if total:
+            totals_ = _totals.setdefault(task_queue, Costs())
+            setattr(totals_, name, getattr(totals_, name) + n)
+
+
+def totals(task_queue: str) -> Costs:
+    """A copy of everything this process counted for this task queue (flushed or not)."""
+    with _lock:
+        return Costs(**asdict(_totals.get(task_queue) or Costs()))
+
+
+def forget(task_queue: str) -> None:
+    """Drop this task queue's counts, pending and totals (its store is gone)."""
+    with _lock:
+        _pending.pop(task_queue, None)
+        _totals.pop(task_queue, None)
 
 
 def drain(task_queue: str) -> Costs:
@@ -59,4 +78,4 @@ def restore(task_queue: str, costs: Costs) -> None:
     for f in fields(costs):
         value = getattr(costs, f.name)
         if value:
-            count(task_queue, f.name, value)
+            count(task_queue, f.name, value, total=False)  # already in the totals

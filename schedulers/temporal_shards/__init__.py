@@ -68,7 +68,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import apply_schema, drop_schema, open_pool, qualified, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
@@ -93,6 +93,10 @@ from schedulers.temporal_shards.workflows import (
 HERE = Path(__file__).parent
 EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
 EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
+STORAGE_TABLES = ("trigger", "trigger_state")  # the tables every fire rewrites (storage knobs)
+PAYLOAD_REFRESH_S = 5.0  # stats() reads the shards' payload reports this often
+PAYLOAD_GAUGES = ("payload_bytes_max", "max_payload_bytes", "max_can_payload_bytes", "splits", "can_postponed",
+                  "payload_limit_bytes", "continue_as_new")
 SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expected_timers is given
 
 
@@ -156,6 +160,9 @@ class TemporalShardsScheduler:
         # a shard whose Continue-As-New payload passes this share of the limit splits (not in the seed,
         # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
         "split_payload_frac": 0.5,
+        # fillfactor_pct (of trigger and trigger_state; 50 leaves room for the two versions a fire
+        # writes), autovacuum_*: schedulers.pg.STORAGE_OPTIONS, autovacuum at the server's values
+        **storage_options(fillfactor_pct=50),
     }
     conformance_options: dict[str, Any] = {
         "shards": 2,
@@ -224,6 +231,8 @@ class TemporalShardsScheduler:
         # schedulers.base: rows the batch activities of this instance's workers claimed by key,
         # counted again when a retried activity (after a crash or a lapsed lease) takes them over
         self.claimed_timers = 0
+        self._payload: dict[str, float] = {}  # the shards' payload gauges, as last read by stats()
+        self._payload_at = 0.0
         self.batch_sizes = BatchSizes()  # batches this process's batch activities received (first attempts)
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
@@ -239,6 +248,7 @@ class TemporalShardsScheduler:
         if created:
             async with self.pool.connection() as conn:
                 await apply_schema(conn, self.ctx.schema, HERE / "schema.sql")
+                await apply_storage(conn, self.ctx.schema, STORAGE_TABLES, self.options)
                 await conn.execute(self.q["ring_init"], {"shards": self.options["shards"]})
 
     async def _connect(self) -> None:
@@ -484,6 +494,33 @@ class TemporalShardsScheduler:
     # -- gauges and export -----------------------------------------------------------------------
 
     async def stats(self) -> dict[str, float]:
+        """From what this process already knows, without a query: the shard count and timers per
+        shard of its latest ring view (refreshed by its own placements every ``ring_refresh_s``)
+        and its in-process counters. :meth:`shard_report` reads the shards' reports afresh."""
+        out: dict[str, float] = {"claimed_timers": float(self.claimed_timers)}
+        if self._view is not None:
+            ring, loads, read_at = self._view
+            cap = self.options["timer_cap"]
+            out.update(shards=float(ring.n_shards), timers=float(sum(loads)),
+                       utilisation=sum(loads) / (ring.n_shards * cap),
+                       max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
+                       ring_view_age_s=max(0.0, time.time() - read_at))
+        out.update(self.batch_sizes.gauges())  # in-process counters: the run's batch-size histogram
+        # The Continue-As-New payload against the 2 MB limit (seeds/003), from the shards' own
+        # reports: one row per shard in the utilisation table (never the trigger table), read at
+        # most every PAYLOAD_REFRESH_S.
+        if time.time() - self._payload_at >= PAYLOAD_REFRESH_S and self.pool is not None:
+            self._payload_at = time.time()
+            with contextlib.suppress(Exception):
+                report = await self.shard_report()
+                self._payload = {k: report[k] for k in PAYLOAD_GAUGES if k in report}
+        out.update(self._payload)
+        return out
+
+    async def shard_report(self) -> dict[str, float]:
+        """The shards' own reports, read now from the ring and utilisation tables: shard count and
+        growths, timers and history per shard, Continue-As-New counts. A query per call: for
+        tests and inspection, not for the per-second sampler (:meth:`stats`)."""
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()

@@ -59,11 +59,17 @@ def check_summary(s: dict, f: pd.DataFrame, cfg: dict) -> None:
         else:
             assert got == want, (key, got, want)
     fired = f["fired_at"].notna()
-    keys = f[fired].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
+
+    def keyed(rows: pd.DataFrame) -> pd.DataFrame:
+        # due_us from the selected rows themselves: a Series from all of f assigned to an empty
+        # selection would bring every row of f with it (pandas adopts its index)
+        return pd.DataFrame({"timer_id": rows["timer_id"], "due_us": (rows["due_at"] * 1e6).round().astype("int64")})
+
+    keys = keyed(f[fired])
     assert s["duplicate_fires"] == len(keys) - len(keys.drop_duplicates())
-    eff = f[f["effect_delivered"]].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
+    eff = keyed(f[f["effect_delivered"]])
     assert s["duplicate_effects"] == len(eff) - len(eff.drop_duplicates())
-    ext = f[f["external_effect"]].assign(due_us=(f["due_at"] * 1e6).round().astype("int64"))[["timer_id", "due_us"]]
+    ext = keyed(f[f["external_effect"]])
     assert s["external_effects"] == len(ext)
     assert s["duplicate_external_effects"] == len(ext) - len(ext.drop_duplicates())
     assert s["early"] == int((fired & (f["lag_s"] < -0.001)).sum())

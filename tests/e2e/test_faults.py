@@ -101,8 +101,9 @@ def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lo
     Both deliveries find the same events and send the same webhooks (duplicate external
     effects); the keyed effect commits once; nothing is lost."""
     workload = tmp_path / "all-events.yaml"  # every poll finds events: every redelivery resends a webhook
-    workload.write_text((Path(__file__).resolve().parents[2] / "loadgen/presets/smoke.yaml").read_text()
-                        + "new_event_rate: 1.0\nerror_rate: 0.0\n")
+    smoke = (Path(__file__).resolve().parents[2] / "loadgen/presets/smoke.yaml").read_text().splitlines()
+    kept = [line for line in smoke if not line.startswith(("new_event_rate:", "error_rate:"))]  # each field once
+    workload.write_text("\n".join(kept) + "\nnew_event_rate: 1.0\nerror_rate: 0.0\n")
     run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--workload", str(workload), "--opt",
                                  "stale_claim_s=3", "--fault", "slow-provider@3s:6s:5s")
     slow = by_kind(s)["slow-provider"]

@@ -82,6 +82,15 @@ def compared(bench, tmp_path_factory):
 # Table 1 row -> the figure from a summary recomputed from the Parquet files (metrics.rundir).
 def expected_figures(s: dict) -> dict[str, object]:
     lag, dead, pf, o = s["lag_ms"], s["dead_tuples"] or {}, s["per_fire"] or {}, s["outcomes"]
+    bill, bloat = s.get("bill") or {}, s.get("bloat") or {}
+
+    def server(name: str, metric: str, scale: float = 1.0):
+        v = (s["servers"].get(name) or {}).get("per_fire", {}).get(metric)
+        return None if v is None else v * scale
+
+    def stmt(source: str):
+        return ((s.get("statements") or {}).get(source) or {}).get("exec_ms")
+
     return {
         "cycles": s["cycles_per_trigger"],
         "target_rate": s["target_rate"],
@@ -103,6 +112,24 @@ def expected_figures(s: dict) -> dict[str, object]:
         "hot_ratio": s["hot_ratio"],
         "inserts_per_fire": pf.get("inserts"), "updates_per_fire": pf.get("updates"),
         "deletes_per_fire": pf.get("deletes"), "wal_bytes_per_fire": pf.get("wal_bytes"),
+        "toast_inserts_per_fire": pf.get("toast_inserts"), "toast_updates_per_fire": pf.get("toast_updates"),
+        "toast_deletes_per_fire": pf.get("toast_deletes"), "heap_writes_per_fire": pf.get("heap_writes"),
+        "toast_writes_per_fire": pf.get("toast_writes"), "row_writes_per_fire": pf.get("row_writes"),
+        "wal_records_per_fire": pf.get("wal_records"), "wal_fpi_per_fire": pf.get("wal_fpi"),
+        "postgres_io_bytes_per_fire": server("postgres", "io_write_bytes"),
+        "postgres_cpu_ms_per_fire": server("postgres", "cpu_s", 1000.0),
+        "temporal_requests_per_fire": server("temporal", "persistence_requests"),
+        "temporal_writes_per_fire": server("temporal", "persistence_writes"),
+        "temporal_actions_per_fire": server("temporal", "actions"),
+        "temporal_bytes_per_fire": server("temporal", "write_bytes"),
+        "temporal_file_growth_per_fire": server("temporal", "file_bytes"),
+        "temporal_cpu_ms_per_fire": server("temporal", "cpu_s", 1000.0),
+        "durable_writes_per_fire": bill.get("durable_writes"), "bytes_written_per_fire": bill.get("bytes_written"),
+        "dead_exact": bloat.get("dead_tuples_exact"), "dead_estimate": bloat.get("n_dead_tup"),
+        "dead_exact_toast": bloat.get("dead_tuples_exact_toast"), "dead_estimate_toast": bloat.get("n_dead_tup_toast"),
+        "dead_bytes": bloat.get("dead_bytes"), "free_bytes": bloat.get("free_bytes"),
+        "statement_ms_per_fire": stmt("design") / s["fires"] if stmt("design") is not None else None,
+        "sampler_ms_per_s": stmt("sampler") / s["measured_s"] if stmt("sampler") is not None else None,
         "autovacuum_runs": s["autovacuum_runs"],
         "table_bytes_end": s["table_bytes_end"], "index_bytes_end": s["index_bytes_end"],
     }

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from metrics import rundir
 from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
 from schedulers.base import REGISTRY
 from schedulers.temporal_shards import initial_shards
@@ -30,7 +31,7 @@ SUMMARY_KEYS = {
     "cycles_per_trigger", "steady_state", "on_time_s", "outcomes", "lost_in_warmup", "skipped_periods", "lag_ms",
     "fires", "early", "redelivered_fires", "duplicate_fires", "duplicate_effects", "external_effects",
     "duplicate_external_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
-    "index_bytes_end", "warnings",
+    "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings", "measurement_notes",
 }
 ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
             "temporal_version", "timerbench_version", "git_commit"}
@@ -108,10 +109,20 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
         assert batched > 0
     if cfg["dsn"]:
         assert {"wal_bytes", "oldest_xact_age_s"} <= run_metrics
-        scopes = set(sdf["scope"]) - {"run"}
+        scopes = {x for x in sdf["scope"] if rundir.is_relation_scope(x)}
         if scopes:  # a design that keeps tables in Postgres: their stats and the figures from them
             assert s["dead_tuples"]["table_end"] is not None
             assert s["per_fire"]["wal_bytes"] is not None
+            # the whole bill on the embedded stack: every extension and process is readable
+            assert s["unavailable"] == {}, s["unavailable"]
+            assert s["per_fire"]["row_writes"] == pytest.approx(s["per_fire"]["heap_writes"] + s["per_fire"]["toast_writes"])
+            assert s["per_fire"]["wal_records"] > 0 and s["servers"]["postgres"]["per_fire"]["bytes_written"] > 0
+            assert s["servers"]["postgres"]["per_fire"]["write_chars"] > 0
+            assert (run_dir / rundir.STATEMENTS).exists() and s["statements"]["design"]["calls"] > 0
+            assert {r["scope"] for r in s["bloat"]["relations"]} >= scopes
+            if cfg["temporal_address"]:
+                assert s["servers"]["temporal"]["per_fire"]["persistence_requests"] > 0
+                assert s["bill"]["stores"] == ["postgres", "temporal"]
     else:
         assert s["dead_tuples"]["table_peak"] is None and s["hot_ratio"] is None
 

@@ -110,6 +110,9 @@ async def check_continues_as_new_and_keeps_firing(s: TemporalPerTriggerScheduler
         assert stats["workflows_completed"] == 3, stats
         assert stats["claimed_timers"] == 30 and stats["activities_executed"] == 30, stats
         assert stats["activities_per_fire"] == 1.0, stats
+        # stats() is this process's counts without a query; cost_report() sums every process's
+        # rows of temporal_costs after a flush: one process here, so the same figures
+        assert await s.cost_report() == stats
         return runs
     finally:
         await runner.stop_all()

@@ -72,7 +72,7 @@ async def arm_until_continued(
     for round_ in range(46):
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
         assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
-        if (await s.stats())["continue_as_new"] >= continued or round_ == 45:
+        if (await s.shard_report())["continue_as_new"] >= continued or round_ == 45:
             return timers
         now = time.time()
         more = [Timer(f"{prefix}-r{round_}-{i}", now + 0.3 + 0.02 * i) for i in range(10)]
@@ -93,7 +93,7 @@ async def test_shard_continues_as_new_without_losing_or_repeating_timers(make_ct
         await asyncio.sleep(0.5)
         counts = {tid: len(proc.of(tid)) for tid in proc.ids()}
         assert all(c == 1 for c in counts.values()), {k: c for k, c in counts.items() if c > 1}
-        stats = await s.stats()
+        stats = await s.shard_report()
         assert stats["continue_as_new"] >= 2, stats
         assert 60 <= stats["max_history_at_continue"] < 200, stats
     finally:
@@ -127,7 +127,7 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
 
         async def grown() -> bool:
             nonlocal grown_at
-            st = await s.stats()
+            st = await s.shard_report()
             if st["shards"] > 2 and grown_at is None:
                 grown_at = time.time()
             return grown_at is not None
@@ -135,12 +135,12 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
         deadline = time.time() + 10
         while not await grown() and time.time() < deadline:
             await asyncio.sleep(0.2)
-        assert grown_at is not None, f"the controller did not grow the ring: {await s.stats()}"
+        assert grown_at is not None, f"the controller did not grow the ring: {await s.shard_report()}"
         # 60-70 timers over 20 * 0.6 per shard: 5 or 6 shards. A tick that read the counts
         # before every shard had reported grows less, and the next tick grows the rest.
-        while (await s.stats())["shards"] < 5 and time.time() < deadline:
+        while (await s.shard_report())["shards"] < 5 and time.time() < deadline:
             await asyncio.sleep(0.2)
-        stats = await s.stats()
+        stats = await s.shard_report()
         assert stats["shards"] in (5, 6), stats
         # timers keep firing after the change, on their (possibly new) shards
         ok = await wait_until(
@@ -149,7 +149,7 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
         assert ok, "re-arming timers stopped firing after the ring grew"
         # long-horizon timers were forwarded to new shards, none lost
         await asyncio.sleep(1.0)  # a report period or three for the forwarded counts
-        stats = await s.stats()
+        stats = await s.shard_report()
         on_new = sum(stats.get(f"shard_{i}_timers", 0) for i in range(2, int(stats["shards"])))
         assert on_new >= 10, f"no long-horizon timers were forwarded to the new shards: {stats}"
         armed = {t.id for t in await s.export_armed()}
@@ -256,7 +256,7 @@ async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_d
             timers = await arm_until_continued(s, proc, "sug", continued=1)
             await asyncio.sleep(0.5)
             assert all(len(proc.of(t.id)) == 1 for t in timers), "a timer fired twice across Continue-As-New"
-            stats = await s.stats()
+            stats = await s.shard_report()
             assert stats["continue_as_new"] >= 1, stats
             assert 200 <= stats["max_history_at_continue"] < 400, stats
         finally:

@@ -78,12 +78,44 @@ def test_dead_tuple_growth_over_the_measured_window():
     assert text.cite.startswith("Figure 4")
 
 
-def test_write_amplification_compares_row_writes_per_fire():
-    out = say(run("queue", per_fire={"inserts": 2.0, "updates": 1.0, "deletes": 1.0, "wal_bytes": 4096.0}),
-              run("leased", per_fire={"inserts": 0.0, "updates": 1.0, "deletes": 0.0, "wal_bytes": 512.0}))
+def writes(ins, upd, dele, t_ins=0.0, t_upd=0.0, t_del=0.0, **more):
+    heap, toast = ins + upd + dele, t_ins + t_upd + t_del
+    return {"inserts": ins, "updates": upd, "deletes": dele, "toast_inserts": t_ins, "toast_updates": t_upd,
+            "toast_deletes": t_del, "heap_writes": heap, "toast_writes": toast, "row_writes": heap + toast, **more}
+
+
+def test_write_amplification_compares_heap_plus_toast_row_writes_per_fire():
+    # heap alone: queue 4, leased 2 (2x); with TOAST: queue 10, leased 2 (5x)
+    out = say(run("queue", per_fire=writes(1.0, 2.0, 1.0, 3.0, 0.0, 3.0, wal_bytes=4096.0, wal_fpi=0.5)),
+              run("leased", per_fire=writes(0.0, 2.0, 0.0, wal_bytes=512.0)))
     s = next(s for s in out if s.text.startswith("Write amplification"))
-    assert "queue 4.00 row writes per fire" in s.text and "4.0 KiB of WAL" in s.text
-    assert "queue writes 4.0× the rows per fire of leased" in s.text
+    assert "queue 10.00 row writes per fire (1.00 inserts, 2.00 updates, 1.00 deletes; TOAST 3.00 inserts" in s.text
+    assert "4.0 KiB of WAL per fire (0.5 full-page images)" in s.text
+    assert "queue writes 5.0× the rows per fire of leased" in s.text
+    assert "Row writes per fire, heap + TOAST" in s.cite
+
+
+def test_a_summary_without_toast_figures_compares_heap_writes_and_says_so():
+    out = say(run("old", per_fire={"inserts": 2.0, "updates": 1.0, "deletes": 1.0, "wal_bytes": 1.0}),
+              run("new", per_fire={"inserts": 0.0, "updates": 1.0, "deletes": 0.0, "wal_bytes": 1.0}))
+    s = next(s for s in out if s.text.startswith("Write amplification"))
+    assert "TOAST not recorded" in s.text and "old writes 4.0× the rows per fire of new" in s.text
+
+
+def test_tuning_and_design_are_told_apart():
+    untuned = {"autovacuum_tuned": False, "autovacuum_scale_factor": 0.02, "autovacuum_threshold_rows": 1000,
+               "autovacuum_cost_delay_ms": 0}
+    tuned = dict(untuned, autovacuum_tuned=True)
+    a = run("pg_queue", per_fire=writes(1.0, 2.0, 1.0), dead_tuples={"table_peak": 1000.0})
+    b = run("pg_queue", per_fire=writes(1.0, 2.0, 1.0), dead_tuples={"table_peak": 400.0})
+    c = run("pg_leased", per_fire=writes(0.0, 2.0, 0.0), dead_tuples={"table_peak": 100.0})
+    for r, opts in ((a, untuned), (b, tuned), (c, tuned)):
+        r.config["options"] = opts
+    b.label = "pg_queue, tuned"
+    s = next(s for s in say(a, b, c) if s.text.startswith("Tuning alone"))
+    assert s.text.startswith("Tuning alone (pg_queue → pg_queue, tuned, the same design with per-table autovacuum "
+                             "settings), then the design (pg_queue, tuned → pg_leased, the same settings)")
+    assert "dead tuples peak 1,000 → 400.0 → 100.0 (pg_leased)" in s.text
 
 
 def test_every_sentence_cites_a_table_row_or_figure():

@@ -99,3 +99,13 @@ def test_the_report_says_how_a_run_counts_and_what_a_compressed_workload_compres
     assert text[1].startswith("Workload production-compressed: the production shape time-compressed 4x.")
     closed = how_to_read_report([run("c", cadence="after-poll", on_time_s=5.0, warmup_s=1.0)])
     assert closed[0].startswith("Load is closed-loop (after-poll cadence")
+
+
+def test_a_figure_that_could_not_be_measured_says_not_available_and_why():
+    why = "pg_stat_statements is not created in database mine (CREATE EXTENSION pg_stat_statements, as a superuser)"
+    r = run("pg_a", statements=None, unavailable={"statements": why}, fires=100, bill={"stores": ["postgres"]})
+    t = build_summary_table([r, run("memory")])
+    cell = t.row("statement_ms_per_fire").cells[0]
+    assert cell.value is None and cell.text == "not available" and cell.note == why
+    assert t.row("statement_ms_per_fire").cells[1].text == "—"  # memory: does not apply, no reason
+    assert t.notes() == [("pg_a", why)]
