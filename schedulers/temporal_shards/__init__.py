@@ -94,9 +94,6 @@ HERE = Path(__file__).parent
 EXPORT_QUERY_TIMEOUT_S = 10.0  # a shard answers its 'armed' query within this (a worker must run) ...
 EXPORT_QUERY_TRIES = 3  # ... in one of this many tries
 STORAGE_TABLES = ("trigger", "trigger_state")  # the tables every fire rewrites (storage knobs)
-PAYLOAD_REFRESH_S = 5.0  # stats() reads the shards' payload reports this often
-PAYLOAD_GAUGES = ("payload_bytes_max", "max_payload_bytes", "max_can_payload_bytes", "splits", "can_postponed",
-                  "payload_limit_bytes", "continue_as_new")
 SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expected_timers is given
 
 
@@ -231,8 +228,6 @@ class TemporalShardsScheduler:
         # schedulers.base: rows the batch activities of this instance's workers claimed by key,
         # counted again when a retried activity (after a crash or a lapsed lease) takes them over
         self.claimed_timers = 0
-        self._payload: dict[str, float] = {}  # the shards' payload gauges, as last read by stats()
-        self._payload_at = 0.0
         self.batch_sizes = BatchSizes()  # batches this process's batch activities received (first attempts)
         self._rings: dict[int, Ring] = {}
         self._view: tuple[Ring, list[int], float] | None = None
@@ -506,15 +501,6 @@ class TemporalShardsScheduler:
                        max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
                        ring_view_age_s=max(0.0, time.time() - read_at))
         out.update(self.batch_sizes.gauges())  # in-process counters: the run's batch-size histogram
-        # The Continue-As-New payload against the 2 MB limit (seeds/003), from the shards' own
-        # reports: one row per shard in the utilisation table (never the trigger table), read at
-        # most every PAYLOAD_REFRESH_S.
-        if time.time() - self._payload_at >= PAYLOAD_REFRESH_S and self.pool is not None:
-            self._payload_at = time.time()
-            with contextlib.suppress(Exception):
-                report = await self.shard_report()
-                self._payload = {k: report[k] for k in PAYLOAD_GAUGES if k in report}
-        out.update(self._payload)
         return out
 
     async def shard_report(self) -> dict[str, float]:

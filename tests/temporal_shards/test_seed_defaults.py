@@ -53,7 +53,7 @@ async def test_batches_close_at_max_lag_at_a_low_rate_and_on_size_when_small(mak
         await s.arm(timers)
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 20)
         assert ok, f"{len({t.id for t in timers} - proc.ids())} timers never fired"
-        stats = await s.stats()
+        stats = await s.shard_report()
         bins, closed = batch_gauges(stats)
         print(f"\nbatch {batch}: {stats['batches']:.0f} batches, closed {closed}, sizes by bin {bins}")
         assert stats["batched_timers"] == 60
@@ -107,7 +107,7 @@ async def test_state_write_per_commit_follows_skip_unchanged_state(make_ctx, pg_
 
 
 async def shard_statuses(s: TemporalShardsScheduler) -> dict[int, WorkflowExecutionStatus]:
-    n = int((await s.stats())["shards"])
+    n = int((await s.shard_report())["shards"])
     out = {}
     for shard in range(n):
         with_handle = s.client.get_workflow_handle(s.shard_id(shard))
@@ -119,7 +119,7 @@ async def shard_statuses(s: TemporalShardsScheduler) -> dict[int, WorkflowExecut
 
 
 async def shard_counts(s: TemporalShardsScheduler) -> int:
-    n = int((await s.stats())["shards"])
+    n = int((await s.shard_report())["shards"])
     total = 0
     for shard in range(n):
         try:
@@ -155,7 +155,7 @@ async def test_a_shard_nearing_the_payload_limit_splits_and_keeps_every_timer(ma
         assert ok, "near timers stopped firing once the shard split"
 
         async def settled() -> bool:
-            st = await s.stats()
+            st = await s.shard_report()
             return (st["splits"] >= 1 and st["continue_as_new"] >= 1
                     and all(v <= LIMIT_BYTES // 2 for k, v in st.items() if k.endswith("_payload_bytes") and k.startswith("shard_")
                             and not k.endswith("_can_payload_bytes")))
@@ -163,7 +163,7 @@ async def test_a_shard_nearing_the_payload_limit_splits_and_keeps_every_timer(ma
         deadline = time.time() + 30
         while not await settled() and time.time() < deadline:
             await asyncio.sleep(0.3)
-        stats = await s.stats()
+        stats = await s.shard_report()
         print(f"\nsplit: shards {stats['shards']:.0f}, splits {stats['splits']:.0f}, largest payload measured "
               f"{stats['max_payload_bytes']:.0f} B, largest at Continue-As-New {stats['max_can_payload_bytes']:.0f} B "
               f"(limit {LIMIT_BYTES}), Continue-As-New {stats['continue_as_new']:.0f}, postponed {stats['can_postponed']:.0f}")
@@ -210,7 +210,7 @@ async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_
         await s.arm(timers)  # one call, several signals (each under the share too)
         ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 30)
         assert ok, f"{len({t.id for t in timers} - proc.ids())} timers never fired"
-        stats = await s.stats()
+        stats = await s.shard_report()
         bins, closed = batch_gauges(stats)
         sizes = [len(b) for b in proc.batches]
         print(f"\n200 timers due at once, payload limit {limit} B: batches of {sorted(sizes)}, closed {closed}, "
