@@ -54,6 +54,24 @@ async def drop_schema(conn: psycopg.AsyncConnection, schema: str) -> None:
     await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+async def close_store(pool, dsn: str | None, schema: str, drop: bool) -> None:
+    """A design's teardown of its Postgres side: drop its schema when asked, then close its pool.
+    Without a pool (a store this process never set up) the drop goes through a one-connection
+    pool of its own, so teardown works from any process."""
+    if pool is not None:
+        if drop:
+            async with pool.connection() as conn:
+                await drop_schema(conn, schema)
+        await pool.close()
+    elif drop and dsn:
+        own = await open_pool(dsn, max_size=1)
+        try:
+            async with own.connection() as conn:
+                await drop_schema(conn, schema)
+        finally:
+            await own.close()
+
+
 STORAGE_SQL = Path(__file__).with_name("storage.sql")
 # The storage and vacuum knobs every Postgres design accepts, with the server's own values as
 # defaults (a design states its own defaults by overriding them in its default_options).

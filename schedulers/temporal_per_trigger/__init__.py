@@ -54,7 +54,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, resolve_options, us
-from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, close_store, drop_schema, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_per_trigger import costs
 from schedulers.temporal_per_trigger.workflows import (
@@ -180,17 +180,8 @@ class TemporalPerTriggerScheduler:
                 await self.flush_costs()
         if drop and self.client is not None and self.pool is not None:
             await self._terminate_workflows()
-        if self.pool is not None:
-            if drop:
-                async with self.pool.connection() as conn:
-                    await drop_schema(conn, self.ctx.schema)
-            await self.pool.close()
-            self.pool = None
-        elif drop and self.ctx.dsn:
-            pool = await open_pool(self.ctx.dsn, max_size=1)
-            async with pool.connection() as conn:
-                await drop_schema(conn, self.ctx.schema)
-            await pool.close()
+        pool, self.pool = self.pool, None
+        await close_store(pool, self.ctx.dsn, self.ctx.schema, drop)
         if drop:
             costs.forget(self.task_queue)
         else:

@@ -68,7 +68,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import apply_schema, apply_storage, drop_schema, open_pool, qualified, storage_options, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, close_store, drop_schema, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
@@ -259,17 +259,8 @@ class TemporalShardsScheduler:
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.client is not None:
             await self._terminate_workflows()
-        if self.pool is not None:
-            if drop:
-                async with self.pool.connection() as conn:
-                    await drop_schema(conn, self.ctx.schema)
-            await self.pool.close()
-            self.pool = None
-        elif drop and self.ctx.dsn:
-            pool = await open_pool(self.ctx.dsn, max_size=1)
-            async with pool.connection() as conn:
-                await drop_schema(conn, self.ctx.schema)
-            await pool.close()
+        pool, self.pool = self.pool, None
+        await close_store(pool, self.ctx.dsn, self.ctx.schema, drop)
         self.client = None
 
     async def _terminate_workflows(self) -> None:
