@@ -87,9 +87,12 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     assert s["external_effects"] > 0  # ~5% of polls find events: the effect paths ran
     assert int(f["effect_delivered"].sum()) > 0
     # claims come from the per-second samples, fires from the event log: they must tell one story
-    # (to within one sample interval at the window's edges: a once-a-second backend's burst may
-    # fall either side, which is ~1/8 of an 8 s window)
-    assert s["claim_rate"] == pytest.approx(s["achieved_rate"], rel=0.2)
+    # to within one sample interval at each of the window's edges: a burst of claims may fall
+    # either side of an edge (two seconds' worth of the rate over an 8 s window). At 15 fires/s,
+    # temporal_per_trigger's claims come in bursts as its workflows' timers fire together, so
+    # 20% alone is one burst (9.3 against 7.5/s once, with three test workers beside it).
+    edges = 2 * s["target_rate"] / s["measured_s"]
+    assert s["claim_rate"] == pytest.approx(s["achieved_rate"], rel=0.2, abs=edges)
     assert s["early"] == 0  # never fired early
     assert cfg["load"]["periodic_triggers"] == cfg["workload"]["triggers"]
     if "expected_timers" in cfg["options"]:  # a backend that sizes itself was told the population
