@@ -1,0 +1,60 @@
+"""WAL and time per pg_leased claim under a fixed backlog, by claim setting (issue 21: the lock set).
+
+    .venv/bin/bench env up
+    .venv/bin/python scripts/measure_claim_wal.py
+
+Arms 60,000 due timers over 100 tenants (4 KB state) in a schema of its own, then runs 15 claims
+one after another and prints rows, milliseconds and WAL per claim (``pg_current_wal_lsn`` deltas:
+server-wide, so run it on a quiet server). ``overselect=60`` is seeds/000's over-select at the
+default max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import psycopg
+from psycopg import sql
+
+from harness import stack
+from schedulers.base import StoreContext, Timer
+from schedulers.pg_leased import PgLeasedScheduler
+
+SETTINGS = [("default", {}), ("seed_overselect_60", {"overselect": 60}), ("max_per_tenant_3", {"max_per_tenant": 3})]
+
+
+async def measure(dsn: str, label: str, opts: dict, backlog: int = 60_000, tenants: int = 100, claims: int = 15) -> None:
+    schema = f"claim_wal_{label}"
+    s = PgLeasedScheduler(StoreContext(dsn=dsn, schema=schema, state_bytes=4096), **opts)
+    await s.teardown(drop=True)
+    await s.setup()
+    now = time.time()
+    rnd = random.Random(1)
+    timers = [Timer(f"t{i}", now - 60 + rnd.random() * 50, tenant_id=f"ten{i % tenants:03d}") for i in range(backlog)]
+    for i in range(0, backlog, 5000):
+        await s.arm(timers[i:i + 5000])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
+        await c.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(schema, "schedule")))
+        (statement,) = s._claim_statements()
+        lsn0 = (await (await c.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
+        t0 = time.perf_counter()
+        got = 0
+        for k in range(claims):
+            got += len(await s._claim(statement, "probe", k))
+        elapsed = time.perf_counter() - t0
+        wal = float((await (await c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (lsn0,))).fetchone())[0])
+    print(f"{label:22s} rows/claim {got / claims:6.0f}  ms/claim {1000 * elapsed / claims:7.1f}  "
+          f"WAL KB/claim {wal / claims / 1024:8.1f}  WAL B/row {wal / max(got, 1):7.0f}", flush=True)
+    await s.teardown(drop=True)
+
+
+async def main() -> None:
+    dsn = stack.resolve(None, None, False, say=print).dsn
+    for label, opts in SETTINGS:
+        await measure(dsn, label, opts)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
