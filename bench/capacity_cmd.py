@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from bench.options import stack_options
-from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS
+from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, default_warmup_s
 
 
 @click.command("capacity", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -53,7 +53,7 @@ def capacity(ctx: click.Context, scheduler: str, slo: str | None, start_rate: st
     from harness.capacity import CapacityPlan, run_capacity, step_args
     from harness.capacity_rule import Search
     from harness.errors import UsageError
-    from harness.inputs import check_writable_dir, load_workload, parse_duration_option, parse_rate_option
+    from harness.inputs import check_writable_dir, parse_duration_option, parse_rate_option
     from harness.servers import scheduler_class
 
     scheduler_class(scheduler)  # an unknown name fails here, with the names it knows
@@ -70,9 +70,7 @@ def capacity(ctx: click.Context, scheduler: str, slo: str | None, start_rate: st
     if warmup is not None:
         warmup_s = parse_duration_option("--warmup", warmup)
     else:  # the workload's own default: one maximum interval (an --interval passed through counts)
-        args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(ctx.args)
-        interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
-        warmup_s = float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
+        warmup_s = default_warmup_s(workload, ctx.args)
     search = Search(start=start, factor=factor, precision=precision, min_rate=lo, max_rate=hi, max_steps=max_steps)
     plan = CapacityPlan(scheduler=scheduler, slo=slo, search=search, duration=duration, warmup_s=warmup_s,
                         workload=workload, extra_args=list(ctx.args), out_dir=out_dir, pgbench=not no_pgbench,

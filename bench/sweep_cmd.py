@@ -62,11 +62,9 @@ def sweep(ctx: click.Context, scheduler_opt: str, rates: str, slo_spec: str, dur
     if warmup is not None:
         warmup_s = parse_duration_option("--warmup", warmup)
     else:  # the workload's own default: one maximum interval (an --interval passed through counts)
-        from harness.inputs import load_workload
+        from harness.sweep import default_warmup_s
 
-        args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(ctx.args)
-        interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
-        warmup_s = float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
+        warmup_s = default_warmup_s(workload, ctx.args)
     names = default_schedulers("all" if scheduler_opt.strip() == "all" else scheduler_opt)
     plan = SweepPlan(names=names, rates=rate_list, slo_spec=slo_spec, slo_ms=slo_ms, slo_overrides=slo_overrides,
                      duration=duration, warmup=warmup, warmup_s=warmup_s, workload=workload, extra_args=list(ctx.args),

@@ -68,6 +68,16 @@ class SweepResult:
     interrupted: bool
 
 
+def default_warmup_s(workload: str | None, extra_args: list[str]) -> float:
+    """The warm-up a campaign's runs get without --warmup: one maximum interval of the workload
+    (the default preset's, with an --interval passed through to the runs taken into account)."""
+    from harness.inputs import load_workload
+
+    args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(extra_args)
+    interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
+    return float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
+
+
 def workload_args(plan: SweepPlan) -> list[str]:
     return (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
             else ["--workload", plan.workload])
