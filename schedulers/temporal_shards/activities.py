@@ -242,6 +242,12 @@ class ShardActivities:
                 loads[target] += 1
                 moving.append((target, t))
         if moving:
+            # Take the moving timers off the sender's reported count before they leave: the
+            # receivers may report them before the sender reports again, and the controller must
+            # never count a timer twice (it would grow the ring past its target). Until both sides
+            # report, the sum counts a moving timer once or not at all.
+            async with self.s.pool.connection() as conn:
+                await conn.execute(self.s.q["util_forwarded"], {"shard": inp.shard, "moved": len(moving)})
             info = activity.info()
             await self.s.send_to(moving, key=f"fwd/{info.workflow_run_id}/{info.activity_id}")
         return [[t[E_ID], t[E_VER]] for _, t in moving]

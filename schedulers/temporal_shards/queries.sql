@@ -149,6 +149,14 @@ SET timers = EXCLUDED.timers, utilisation = EXCLUDED.utilisation, history_length
     splits = u.splits + EXCLUDED.splits, can_postponed = u.can_postponed + EXCLUDED.can_postponed,
     reported_at = now();
 
+-- name: util_forwarded
+-- A shard is forwarding this many timers: its reported count drops before they leave (a retry
+-- drops it again; the shard's next report restores the truth).
+UPDATE {schema}.shard_util
+SET timers = greatest(0, timers - %(moved)s),
+    utilisation = CASE WHEN timers > 0 THEN utilisation * greatest(0, timers - %(moved)s) / timers ELSE 0 END
+WHERE shard = %(shard)s;
+
 -- name: loads_read
 -- What callers place by: each shard's last reported count and when it reported.
 SELECT shard, timers, extract(epoch FROM reported_at)::float8 AS reported_at FROM {schema}.shard_util;

@@ -102,7 +102,11 @@ async def test_shard_continues_as_new_without_losing_or_repeating_timers(make_ct
 
 async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
     # 20 timers fill a shard; 60 long-horizon timers over 2 shards is 150 % utilisation, so the
-    # controller grows the ring to target 60 %: ceil(60..70 / (0.6 * 20)) = 5 or 6 shards.
+    # controller grows the ring toward 60 %. It grows to ceil(counted / (0.6 * 20)) and stops once
+    # the average is under 80 %: the 60 far timers alone need at least 4 shards (60 / 80 > 0.8 at
+    # 3), and counting all 70 asks for at most 6. Where in that band it stops depends on how much
+    # a tick saw (shards still reporting their arms, live timers in flight): a first grow to 4 on
+    # half-reported counts is a stable 75 %. More than 6 means a timer was counted twice.
     # Overloaded shards forward their long-horizon timers; re-arming timers keep firing across
     # the change.
     s = await started(
@@ -136,12 +140,13 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
         while not await grown() and time.time() < deadline:
             await asyncio.sleep(0.2)
         assert grown_at is not None, f"the controller did not grow the ring: {await s.shard_report()}"
-        # 60-70 timers over 20 * 0.6 per shard: 5 or 6 shards. A tick that read the counts
-        # before every shard had reported grows less, and the next tick grows the rest.
-        while (await s.shard_report())["shards"] < 5 and time.time() < deadline:
+        # A tick that read the counts before every shard had reported grows less, and a later
+        # tick grows the rest; then a few more ticks (and shard reports) for any overshoot.
+        while (await s.shard_report())["shards"] < 4 and time.time() < deadline:
             await asyncio.sleep(0.2)
+        await asyncio.sleep(2.0)
         stats = await s.shard_report()
-        assert stats["shards"] in (5, 6), stats
+        assert 4 <= stats["shards"] <= 6, stats
         # timers keep firing after the change, on their (possibly new) shards
         ok = await wait_until(
             lambda: {tid for tid, due, _ in proc.fires if due > grown_at + 0.5} >= {t.id for t in live}, 10
