@@ -13,7 +13,7 @@ from typing import Any
 from reports.fairness import Scorecard
 from reports.gate import GateVerdict
 from reports.load import Run
-from reports.per_day import Projection, projections, rate_of
+from reports.per_day import Projection, far_projection, projections, rate_of
 from reports.recommend import Recommendation, recommend
 from reports.thresholds import FIGURES, fmt_figure, run_scorecard
 
@@ -136,7 +136,7 @@ def per_day_blocks(d: Decision, runs: list[Run]) -> list[Block]:
     for r in runs:
         names += [p.figure for p in d.per_day[r.label] if p.figure not in names]
     rows = []
-    notes: list[str] = []
+    notes: list[str] = [f"{r.label}: {why}." for r in runs if (why := far_projection(r.summary, d.rates.get(r.label)))]
     for name in names:
         row = [name]
         for r in runs:

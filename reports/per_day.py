@@ -35,6 +35,27 @@ def rate_of(summary: dict, project_rate: float | None) -> float | None:
     return summary.get("target_rate") or summary.get("achieved_rate")
 
 
+# Projecting further than this factor from the measured rate (either way) gets a caveat.
+FAR_FROM_MEASURED = 2.0
+
+
+def far_projection(summary: dict, rate: float | None) -> str | None:
+    """A caveat when ``rate`` is more than :data:`FAR_FROM_MEASURED` times away from the rate the
+    run achieved, else None. Per-fire figures carry the costs that do not follow the fire rate
+    (claimers polling an empty table, controllers, timers, background writers) spread over the
+    fires measured: projected up they overstate the cost, projected down they understate it."""
+    measured = summary.get("achieved_rate") or summary.get("target_rate")
+    if not rate or not measured:
+        return None
+    factor = rate / float(measured)
+    if 1 / FAR_FROM_MEASURED <= factor <= FAR_FROM_MEASURED:
+        return None
+    way = "overstate" if factor > 1 else "understate"
+    return (f"measured at {float(measured):,.4g} fires/s, projected to {rate:,.4g} ({factor:,.3g}x): the per-fire "
+            f"figures include costs that do not follow the fire rate (idle polls, timers, background writes), "
+            f"so these projections likely {way} the cost; run at the rate you project to for figures to budget by")
+
+
 def _get(d: dict | None, *path: str):
     for key in path:
         if not isinstance(d, dict):

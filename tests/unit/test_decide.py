@@ -19,7 +19,7 @@ from reports.errors import ReportError
 from reports.fairness import jain_index, scorecard
 from reports.gate import evaluate
 from reports.load import Run
-from reports.per_day import DAY_S, HOUR_S, projections
+from reports.per_day import DAY_S, HOUR_S, far_projection, projections
 from reports.recommend import recommend
 from reports.thresholds import parse_thresholds
 
@@ -148,6 +148,17 @@ def test_projections_are_the_per_fire_figures_times_the_rate():
     # 10 B/s at the run's 10 fires/s, scaled to 556 fires/s
     assert g.value == pytest.approx(10.0 * 55.6 * DAY_S / 1e9)
     assert g.spread == pytest.approx(0.0, abs=1e-9) and "short window" in g.why
+
+
+def test_a_projection_far_from_the_measured_rate_says_which_way_it_errs():
+    measured = {"achieved_rate": 15.0, "target_rate": 15.0}
+    assert far_projection(measured, 15.0) is None
+    assert far_projection(measured, 29.0) is None  # within 2x: no caveat
+    up = far_projection(measured, 556.0)
+    assert up is not None and "overstate" in up and "37.1x" in up
+    down = far_projection({"achieved_rate": 556.0}, 100.0)
+    assert down is not None and "understate" in down
+    assert far_projection({}, 556.0) is None  # no measured rate: nothing to compare with
 
 
 def test_a_figure_not_measured_says_so():
