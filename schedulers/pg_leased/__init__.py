@@ -36,7 +36,13 @@ still leaves a full batch. That holds while the big tenant's backlog is smaller 
 over-select; behind a larger one (the conformance suite's 2,000-row tenant against 500 locked
 rows) every locked row belongs to one tenant. ``claim_due`` therefore adds a second locking
 branch that takes each tenant's earliest due rows directly (a loose index scan over tenants,
-capped at ``tenant_scan`` tenants per claim), and ranks the union of both.
+capped at ``tenant_scan`` tenants per claim, each tenant's share of the over-select), and ranks
+the union of both.
+
+Capacity: what a claim reads and locks is bounded by ``limit * overselect + tenant_scan`` rows,
+never by the backlog (the partial index is in the claim's order, so nothing sorts the due
+range). A claim that cost more the further behind it was made pg_leased collapse under
+overload (issue 21); ``overselect`` (default 2, the seed's is ``max_per_tenant``) is the knob.
 
 HOT-friendliness knobs (all options, all recorded in ``self.options``):
 
