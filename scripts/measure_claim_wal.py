@@ -1,16 +1,20 @@
-"""WAL and time per pg_leased claim under a fixed backlog, by claim setting (issue 21: the lock set).
+"""WAL and time per pg_leased claim under a fixed backlog, by claim setting (issue 21).
 
     .venv/bin/bench env up
-    .venv/bin/python scripts/measure_claim_wal.py
+    .venv/bin/python scripts/measure_claim_wal.py             # rows, ms and WAL per claim, by setting
+    .venv/bin/python scripts/measure_claim_wal.py --explain   # the plan of one claim (rolled back)
 
-Arms 60,000 due timers over 100 tenants (4 KB state) in a schema of its own, then runs 15 claims
-one after another and prints rows, milliseconds and WAL per claim (``pg_current_wal_lsn`` deltas:
-server-wide, so run it on a quiet server). ``overselect=60`` is seeds/000's over-select at the
-default max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 2.
+Arms ``--backlog`` due timers (default 60,000) and ``--future`` not-yet-due ones (default 0) over
+100 tenants (4 KB state) in a schema of its own. Then it either runs 15 claims one after another
+and prints rows, milliseconds and WAL per claim (``pg_current_wal_lsn`` deltas: server-wide, so
+run it on a quiet server), or prints ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim with the default
+settings and rolls it back. ``overselect=60`` is seeds/000's over-select at the default
+max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import time
@@ -25,7 +29,8 @@ from schedulers.pg_leased import PgLeasedScheduler
 SETTINGS = [("default", {}), ("seed_overselect_60", {"overselect": 60}), ("max_per_tenant_3", {"max_per_tenant": 3})]
 
 
-async def measure(dsn: str, label: str, opts: dict, backlog: int = 60_000, tenants: int = 100, claims: int = 15) -> None:
+async def armed(dsn: str, label: str, opts: dict, backlog: int, future: int, tenants: int = 100) -> PgLeasedScheduler:
+    """A scheduler on a fresh schema holding ``backlog`` due and ``future`` later timers, vacuumed."""
     schema = f"claim_wal_{label}"
     s = PgLeasedScheduler(StoreContext(dsn=dsn, schema=schema, state_bytes=4096), **opts)
     await s.teardown(drop=True)
@@ -33,10 +38,17 @@ async def measure(dsn: str, label: str, opts: dict, backlog: int = 60_000, tenan
     now = time.time()
     rnd = random.Random(1)
     timers = [Timer(f"t{i}", now - 60 + rnd.random() * 50, tenant_id=f"ten{i % tenants:03d}") for i in range(backlog)]
-    for i in range(0, backlog, 5000):
+    timers += [Timer(f"f{i}", now + 600 + rnd.random() * 600, tenant_id=f"ten{i % tenants:03d}") for i in range(future)]
+    for i in range(0, len(timers), 5000):
         await s.arm(timers[i:i + 5000])
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
         await c.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(schema, "schedule")))
+    return s
+
+
+async def measure(dsn: str, label: str, opts: dict, backlog: int, future: int, claims: int = 15) -> None:
+    s = await armed(dsn, label, opts, backlog, future)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
         (statement,) = s._claim_statements()
         lsn0 = (await (await c.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
         t0 = time.perf_counter()
@@ -50,10 +62,31 @@ async def measure(dsn: str, label: str, opts: dict, backlog: int = 60_000, tenan
     await s.teardown(drop=True)
 
 
+async def explain(dsn: str, backlog: int, future: int) -> None:
+    s = await armed(dsn, "explain", {}, backlog, future)
+    (statement,) = s._claim_statements()
+    params = {"limit": s.batch, "max_per_tenant": s.max_per_tenant, "tenant_scan": s.tenant_scan,
+              "overselect": s.overselect, "owner": "probe", "lease_s": s.lease_s}
+    async with await psycopg.AsyncConnection.connect(dsn) as c:
+        cur = await c.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + statement, params)
+        for (line,) in await cur.fetchall():
+            print(line)
+        await c.rollback()
+    await s.teardown(drop=True)
+
+
 async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backlog", type=int, default=60_000, help="due timers (default 60,000)")
+    ap.add_argument("--future", type=int, default=0, help="timers due in 10-20 minutes (default 0)")
+    ap.add_argument("--explain", action="store_true", help="print the plan of one claim instead")
+    args = ap.parse_args()
     dsn = stack.resolve(None, None, False, say=print).dsn
+    if args.explain:
+        await explain(dsn, args.backlog, args.future)
+        return
     for label, opts in SETTINGS:
-        await measure(dsn, label, opts)
+        await measure(dsn, label, opts, args.backlog, args.future)
 
 
 if __name__ == "__main__":
