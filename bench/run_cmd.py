@@ -32,13 +32,19 @@ from bench.options import overrides, stack_options, workload_options
 @click.option("--label", default=None, help="The run's name in reports (default: the scheduler's name).")
 @click.option("--sample-every", "sample_every", default=None,
               help="Sampling period, e.g. 1s (the default); 0 samples only at the measured window's edges.")
+@click.option("--checkpoint", "checkpoint", type=click.Choice(["window", "warmup", "off"]), default="window",
+              show_default=True,
+              help="When the run forces a CHECKPOINT: a few seconds before the measured window (every design then "
+                   "pays the full-page image of each page it touches in the window), at the start of the warm-up "
+                   "(at high rates the forced flush of a large dirty cache stalls the server; the warm-up absorbs "
+                   "it), or never.")
 @click.option("--temporal-metrics", envvar="TIMERBENCH_TEMPORAL_METRICS", default=None,
               help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
                    "(default: the embedded dev server's).")
 @stack_options
 def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
         arm_load=None, allow_leftovers=False, label=None, sample_every=None, temporal_metrics=None,
-        **workload) -> None:
+        checkpoint="window", **workload) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from harness import faults as faults_mod
     from harness.inputs import check_run, parse_sample_every, parse_url_option
@@ -58,7 +64,8 @@ def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, f
         check_leftovers(dsn, allow_leftovers, say=note)
     session = RunSession(plan.cls, plan.options, plan.workload, dsn, address, plan.out, keep, list(sys.argv),
                          nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs,
-                         label=label, sample_every_s=sample_every_s, temporal_metrics=temporal_metrics)
+                         label=label, sample_every_s=sample_every_s, temporal_metrics=temporal_metrics,
+                         checkpoint=checkpoint)
     code = asyncio.run(session.main())
     if code:
         sys.exit(code)

@@ -61,7 +61,7 @@ class RunSession:
     def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
                  nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=(),
                  label: str | None = None, sample_every_s: float | None = None,
-                 temporal_metrics: str | None = None) -> None:
+                 temporal_metrics: str | None = None, checkpoint: str = "window") -> None:
         self.cls = cls
         self.options = options
         self.w = workload
@@ -77,6 +77,7 @@ class RunSession:
         self.label = label  # the run's name in reports (default: the scheduler's)
         self.sample_every_s = sample_every_s  # None: the sampler's default period
         self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
+        self.checkpoint = checkpoint  # when to force a CHECKPOINT: "window", "warmup" or "off"
         self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
         self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
@@ -439,14 +440,18 @@ class RunSession:
         return {"backlog": float(len(late)), "oldest_due_age_s": oldest}
 
     async def _window_edges(self) -> None:
-        """CHECKPOINT a little before the measured window, then the sampler's edge samples and
-        statement reads at its start and end (the end is also closed by :meth:`_close_window`
-        when the run stops early)."""
+        """CHECKPOINT a little before the measured window (``--checkpoint window``; ``warmup``: as
+        the load starts; ``off``: never), then the sampler's edge samples and statement reads at its
+        start and end (the end is also closed by :meth:`_close_window` when the run stops early)."""
         start = self.window["measure_start"]
-        lead = min(CHECKPOINT_LEAD_S, max(0.0, self.w.warmup_s) / 2)
-        await asyncio.sleep(max(0.0, start - lead - time.time()))
-        if self.dsn:
-            self.window["checkpoint"] = {"requested_at": time.time(), **await self.sampler.checkpoint()}
+        if self.checkpoint == "window":
+            lead = min(CHECKPOINT_LEAD_S, max(0.0, self.w.warmup_s) / 2)
+            await asyncio.sleep(max(0.0, start - lead - time.time()))
+        if self.dsn and self.checkpoint == "off":
+            self.window["checkpoint"] = {"mode": "off"}
+        elif self.dsn:
+            self.window["checkpoint"] = {"mode": self.checkpoint, "requested_at": time.time(),
+                                         **await self.sampler.checkpoint()}
             if self.window["checkpoint"]["error"]:
                 self.measurement["unavailable"]["checkpoint"] = self.window["checkpoint"]["error"]
         await asyncio.sleep(max(0.0, start - time.time()))

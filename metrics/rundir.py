@@ -1062,13 +1062,21 @@ def _cost_warnings(window: dict[str, Any], tables: dict[str, Any], costs: dict[s
                        f"emptied (they wait for VACUUM), so the sampled dead-tuple figures of this table are "
                        f"not the space dead rows take")
     cp = window.get("checkpoint") or {}
-    if cp.get("error"):
-        out.append(f"no CHECKPOINT before the measured window ({cp['error']}); the window's full-page images "
+    when = "at the start of the warm-up" if cp.get("mode") == "warmup" else "before the measured window"
+    if cp.get("mode") == "off":
+        out.append("no CHECKPOINT forced (--checkpoint off); the window's full-page images depend on when the "
+                   "server last checkpointed")
+    elif cp.get("error"):
+        out.append(f"no CHECKPOINT {when} ({cp['error']}); the window's full-page images "
                    f"depend on when the server last checkpointed")
     elif cp.get("finished_at") is not None and window.get("measure_start") is not None \
             and cp["finished_at"] > window["measure_start"]:
-        out.append(f"the CHECKPOINT before the measured window finished {cp['finished_at'] - window['measure_start']:.1f} s "
-                   f"into it; its writes count in the window")
+        out.append(f"the CHECKPOINT {when} finished {cp['finished_at'] - window['measure_start']:.1f} s "
+                   f"into the measured window; its writes count in the window")
+    elif cp.get("mode") == "warmup":
+        out.append("the CHECKPOINT ran at the start of the warm-up (--checkpoint warmup): pages first written "
+                   "in the warm-up paid their full-page image there, so the window's full-page images are fewer "
+                   "than after a checkpoint at its start")
     checkpoints = ((tables.get("servers") or {}).get("postgres") or {}).get("window", {}).get("checkpoints")
     if checkpoints:
         out.append(f"{checkpoints:.0f} checkpoint(s) completed inside the measured window (server-wide); full-page "

@@ -130,6 +130,20 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
         assert s["dead_tuples"]["table_peak"] is None and s["hot_ratio"] is None
 
 
+def test_checkpoint_at_the_start_of_the_warmup_is_recorded_and_said(bench, tmp_path):
+    res = bench("run", "--scheduler", "pg_leased", "--workload", "smoke", "--duration", "3s", "--warmup", "6s",
+                "--checkpoint", "warmup", "--out", str(tmp_path), timeout=240)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    window = json.loads((run_dir / "config.json").read_text())["window"]
+    cp = window["checkpoint"]
+    assert cp["mode"] == "warmup" and cp["error"] is None
+    # asked for as the load started (6 s before the window), not 3 s before it as `window` would
+    assert window["arm_start"] - 2.0 < cp["requested_at"] < window["measure_start"] - 4.5
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert any("--checkpoint warmup" in n for n in s["measurement_notes"]), s["measurement_notes"]
+
+
 def test_sigint_leaves_a_readable_run_dir_marked_incomplete(bench, tmp_path):
     proc = bench.popen(
         "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
