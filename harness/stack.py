@@ -22,6 +22,7 @@ Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBE
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
@@ -33,6 +34,7 @@ import stat
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -300,6 +302,21 @@ def _allow_read_tree(path: Path) -> None:
                 p.chmod(m | extra)
 
 
+@contextmanager
+def start_lock(home: Path, name: str):
+    """One process at a time starts the server ``name`` of this state directory. Test workers
+    (pytest-xdist) and bench commands started together each call ``start()``: without the lock two
+    of them ran initdb into one directory, or one found the server up and used its database
+    before the other had created it."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / f".{name}.start.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @dataclass
 class Postgres:
     home: Path
@@ -404,6 +421,10 @@ class Postgres:
     def start(self, port: int | None = None) -> tuple[str, str | None]:
         """Start (or find running). Returns (dsn, note) where note says if the port moved or the
         data directory was replaced."""
+        with start_lock(self.home, "postgres"):
+            return self._start(port)
+
+    def _start(self, port: int | None) -> tuple[str, str | None]:
         replaced = self.init()
         if self.running():
             return self.dsn(), None
@@ -549,7 +570,10 @@ class TemporalDev:
         return pid is not None and pid_alive(pid) and port_open("127.0.0.1", self.port())
 
     def start(self, port: int | None = None) -> tuple[str, str | None]:
-        self.home.mkdir(parents=True, exist_ok=True)
+        with start_lock(self.home, self.name):
+            return self._start(port)
+
+    def _start(self, port: int | None) -> tuple[str, str | None]:
         if self.running():
             return self.address(), None
         old = self.pid()

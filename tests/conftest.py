@@ -103,9 +103,16 @@ def schema(request: pytest.FixtureRequest) -> str:
     name = _schema_name(request)
     yield name
     dsn = os.environ.get("TIMERBENCH_DSN") or (stack_mod.postgres().dsn() if stack_mod.postgres().running() else None)
-    if dsn:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    if not dsn:
+        return
+    try:
+        conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError:
+        # Another test worker is starting the server (up, its database not made yet) or
+        # restarting it: this test cannot have written to a database it could not reach.
+        return
+    with conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture

@@ -95,6 +95,23 @@ def test_a_server_without_the_preload_says_to_add_it(tmp_path):
     assert why is not None and "shared_preload_libraries" in why and why.count("\n") == 0
 
 
+def test_processes_starting_one_server_together_get_one_ready_server(tmp_path):
+    # Test workers of a fresh clone all start the embedded Postgres at once: one starts it, the
+    # others wait for it, and none gets a server whose database is not made yet.
+    port = stack.free_port()
+    code = ("import sys, psycopg; from harness import stack; "
+            "dsn, _ = stack.Postgres(__import__('pathlib').Path(sys.argv[1])).start(int(sys.argv[2])); "
+            "psycopg.connect(dsn).close(); print(dsn)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(port)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        results = [p.communicate(timeout=120) for p in procs]
+    finally:
+        stack.Postgres(tmp_path).stop()
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in results]
+    assert len({out.strip() for out, _ in results}) == 1  # one server, one port
+
+
 def test_a_data_directory_of_another_major_is_replaced_with_one_note(tmp_path):
     pg = stack.Postgres(tmp_path)
     pg.data.mkdir(parents=True)
