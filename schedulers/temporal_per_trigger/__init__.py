@@ -54,7 +54,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, resolve_options, us
-from schedulers.pg import apply_schema, apply_storage, close_store, drop_schema, open_pool, qualified, storage_options, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, close_store, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_per_trigger import costs
 from schedulers.temporal_per_trigger.workflows import (

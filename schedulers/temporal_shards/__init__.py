@@ -68,7 +68,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import apply_schema, apply_storage, close_store, drop_schema, open_pool, qualified, storage_options, upsert_armed
+from schedulers.pg import apply_schema, apply_storage, close_store, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
 from schedulers.temporal_shards.ring import Ring
 from schedulers.temporal_shards.workflows import (
