@@ -25,10 +25,14 @@ from harness.errors import UsageError
               help="The HTML report (default: <out>/compare-<timestamp>.html).")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the report as Markdown (default: beside the HTML, .md).")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="After the backends, measure the harness's own ceiling on the workload (`bench calibrate`: the "
+                   "memory scheduler at 3x the rate, a window of at most 30 s), so the report can tell the "
+                   "backends' figures from the harness's.")
 @click.pass_context
 def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool, workload_spec: str | None, rate: str | None,
             duration: str | None, warmup: str | None, dsn: str | None, temporal_address: str | None,
-            out_dir: Path, output: Path | None, markdown: Path | None) -> None:
+            out_dir: Path, output: Path | None, markdown: Path | None, calibrate: bool) -> None:
     """Run every backend (or --schedulers a,b) on one workload in sequence, then write the report.
 
     Any other option (such as --seed, --opt key=value or --temporal-metrics URL) is passed to each
@@ -47,8 +51,9 @@ def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool,
             run_args += [flag, value]
     run_args += list(ctx.args)
     check_children(runs, run_args, out_dir, [output, markdown], dsn, temporal_address)
+    calibration = calibration_step(run_args, out_dir) if calibrate else None
     result = run_compare(runs, run_args, out_dir, output, markdown,
-                         echo=lambda line: click.echo(line, nl=False, err=True))
+                         echo=lambda line: click.echo(line, nl=False, err=True), calibration=calibration)
     click.echo(f"report: {result.html}")
     click.echo(f"markdown: {result.markdown}")
     if result.interrupted:
@@ -85,3 +90,22 @@ def check_children(runs: list, run_args: list[str], out_dir: Path, files: list[P
         faults_mod.check(parse_faults(p["faults"]), dsn=dsn, temporal_address=address, nodes=p["nodes"])
     if dsn:
         check_leftovers(dsn, any(p["allow_leftovers"] for p in parsed), say=note)
+
+
+def calibration_step(run_args: list[str], out_dir: Path, longest_s: float = 30.0):
+    """The harness calibration of the children's workload, as a callable the comparison runs after
+    the backends (None, said, when the workload has no steady rate to calibrate for)."""
+    from bench.calibrate_cmd import calibration_rate, run_calibration
+    from bench.run_cmd import run
+    from harness.errors import UsageError
+    from loadgen.rates import parse_duration
+
+    with run.make_context("run", ["--scheduler", "memory", *run_args]) as ctx:
+        params = dict(ctx.params)
+    try:
+        rate = calibration_rate(params, out_dir)
+    except UsageError as exc:
+        click.echo(f"note: no harness calibration: {exc}", err=True)
+        return None
+    window_s = min(longest_s, parse_duration(params["duration"])) if params.get("duration") else longest_s
+    return lambda: run_calibration(params, rate, out_dir, 3.0, window_s, label="[harness ceiling] ")

@@ -68,3 +68,14 @@ def overrides(values: dict) -> dict:
     from harness.inputs import WORKLOAD_OVERRIDES
 
     return {k: values.get(k) for k in WORKLOAD_OVERRIDES}
+
+
+def workload_args(params: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """The workload options among parsed ``params`` as command-line arguments again (for a child
+    run that must see the same workload), leaving out ``skip``."""
+    out: list[str] = []
+    for name, (flag, _) in _WORKLOAD.items():
+        value = params.get("workload_spec" if name == "workload" else name)
+        if value is not None and name not in skip:
+            out += [flag, str(value)]
+    return out

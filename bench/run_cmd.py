@@ -8,6 +8,7 @@ import sys
 import click
 
 from bench.options import overrides, stack_options, workload_options
+from harness.errors import UsageError
 
 
 @click.command("run")
@@ -37,13 +38,15 @@ from bench.options import overrides, stack_options, workload_options
                    "pays the full-page image of each page it touches in the window), at the start of the warm-up "
                    "(at high rates the forced flush of a large dirty cache stalls the server; the warm-up absorbs "
                    "it), or never.")
+@click.option("--calibrates", "calibrates", type=float, default=None, hidden=True,
+              help="Mark this memory run as the harness calibration for runs at this rate (set by `bench calibrate`).")
 @click.option("--temporal-metrics", envvar="TIMERBENCH_TEMPORAL_METRICS", default=None,
               help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
                    "(default: the embedded dev server's).")
 @stack_options
 def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
         arm_load=None, allow_leftovers=False, label=None, sample_every=None, temporal_metrics=None,
-        checkpoint="window", **workload) -> None:
+        checkpoint="window", calibrates=None, **workload) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from harness import faults as faults_mod
     from harness.inputs import check_run, parse_sample_every, parse_url_option
@@ -53,6 +56,9 @@ def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, f
 
     # every input first (nothing is created or touched before they are all good), then the servers
     plan = check_run(scheduler_name, workload_spec, overrides(workload), opts, out, faults, nodes, arm_load)
+    if calibrates is not None and (plan.cls.name != "memory" or calibrates <= 0):
+        raise UsageError("--calibrates marks a memory run as the harness calibration for a positive rate; "
+                         "use `bench calibrate` to make one")
     sample_every_s = parse_sample_every(sample_every)
     if temporal_metrics is not None:
         temporal_metrics = parse_url_option("--temporal-metrics", temporal_metrics)
@@ -64,7 +70,7 @@ def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, f
     session = RunSession(plan.cls, plan.options, plan.workload, dsn, address, plan.out, keep, list(sys.argv),
                          nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs,
                          label=label, sample_every_s=sample_every_s, temporal_metrics=temporal_metrics,
-                         checkpoint=checkpoint)
+                         checkpoint=checkpoint, calibrates=calibrates)
     code = asyncio.run(session.main())
     if code:
         sys.exit(code)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.child import bench_run
+from harness.child import ChildRun, bench_run
 from harness.errors import BenchError, UsageError
 
 BASELINE_FIRST = "pg_queue"
@@ -91,9 +91,11 @@ class Comparison:
 
 
 def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: Path, html: Path | None,
-            markdown: Path | None, echo: Callable[[str], None]) -> Comparison:
-    """Run each backend (a name or a :class:`PlannedRun`) with ``run_args``, then write the
-    report (HTML and Markdown)."""
+            markdown: Path | None, echo: Callable[[str], None],
+            calibration: Callable[[], ChildRun] | None = None) -> Comparison:
+    """Run each backend (a name or a :class:`PlannedRun`) with ``run_args``, then the harness
+    ``calibration`` (:mod:`harness.calibrate`), then write the report (HTML and Markdown). A
+    calibration that fails is said, not fatal: the report then says the ceiling was not measured."""
     from reports.report import FailedRun, write_report
 
     runs = [r if isinstance(r, PlannedRun) else PlannedRun(r) for r in names]
@@ -113,6 +115,13 @@ def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: P
         if child.interrupted:
             result.interrupted = True
             break
+    if calibration is not None and not result.interrupted and result.run_dirs:
+        child = calibration()
+        if child.interrupted:
+            result.interrupted = True
+        elif child.exit_code != 0:
+            echo(f"== the harness calibration failed (exit {child.exit_code}); the report says the ceiling "
+                 f"was not measured\n")
     if not result.run_dirs and not result.failures:
         raise UsageError("no run was made")
     write_report(result.run_dirs, result.html, result.markdown, None, result.failures)

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from metrics.parts import HoldLog
-from schedulers.base import Fire, Outcome, Processor, Scheduler, Timer
+from schedulers.base import Fire, Outcome, Processor, Scheduler, Timer, outcomes_as_polls_finish
 
 MAX_TIMERS_PER_PUT = 10_000
 LAG_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120)
@@ -134,6 +134,16 @@ class MeteredProcessor:
         self.holds = holds
 
     async def process(self, fires: Sequence[Fire]) -> Sequence[Outcome]:
+        self._received(fires)
+        return await self.real.process(fires)
+
+    async def stream(self, fires: Sequence[Fire]):
+        """The real processor's groups as their polls finish (schedulers.base), metered alike."""
+        self._received(fires)
+        async for group in outcomes_as_polls_finish(self.real, fires):
+            yield group
+
+    def _received(self, fires: Sequence[Fire]) -> None:
         now = time.time()
         m = self.metrics
         m.claims.inc()
@@ -145,7 +155,6 @@ class MeteredProcessor:
             m.lag.observe(lag_s)  # never clamped: an early fire lands in the lowest bucket and is counted
             if lag_s < 0:
                 m.early.inc()
-        return await self.real.process(fires)
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
         if self.holds is not None:

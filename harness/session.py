@@ -61,7 +61,8 @@ class RunSession:
     def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
                  nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=(),
                  label: str | None = None, sample_every_s: float | None = None,
-                 temporal_metrics: str | None = None, checkpoint: str = "window") -> None:
+                 temporal_metrics: str | None = None, checkpoint: str = "window",
+                 calibrates: float | None = None) -> None:
         self.cls = cls
         self.options = options
         self.w = workload
@@ -78,6 +79,7 @@ class RunSession:
         self.sample_every_s = sample_every_s  # None: the sampler's default period
         self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
         self.checkpoint = checkpoint  # when to force a CHECKPOINT: "window", "warmup" or "off"
+        self.calibrates = calibrates  # a memory run measuring the harness's ceiling for runs at this rate
         self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
         self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
@@ -185,6 +187,10 @@ class RunSession:
             "window": self.window,
             "measurement": self.measurement,
             "load": self.load,
+            # bench calibrate: this memory run is the harness's own ceiling for runs of the same
+            # workload shape at ``for_rate`` (reports.harness_ceiling)
+            "calibration": None if self.calibrates is None else {
+                "for_rate": self.calibrates, "factor": round((self.w.rate_per_s or 0.0) / self.calibrates, 3)},
         }
 
     def _write_config(self) -> None:
@@ -457,8 +463,14 @@ class RunSession:
         await asyncio.sleep(max(0.0, start - time.time()))
         await self.sampler.window_start()
         self._window_opened = True
+        # the run process's own CPU over the window (every thread: claim loops in-process, the
+        # simulated provider, the recorder): what the harness spends per fire (the summary's
+        # ``harness``)
+        self.window["harness_cpu_start_s"] = time.process_time()
+        self.window["nodes"] = self.nodes or 0
         await asyncio.sleep(max(0.0, self.window["measure_end"] - time.time()))
         self._window_closed = True
+        self.window["harness_cpu_end_s"] = time.process_time()
         await self.sampler.window_end()
 
     async def _close_window(self, edges: asyncio.Task) -> None:
@@ -469,6 +481,7 @@ class RunSession:
         await asyncio.gather(edges, return_exceptions=True)
         if self._window_opened and not self._window_closed:
             self._window_closed = True
+            self.window["harness_cpu_end_s"] = time.process_time()
             try:
                 await self.sampler.window_end()  # stopped early: the window ends here
             except Exception as exc:

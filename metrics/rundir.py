@@ -830,11 +830,30 @@ def compute_summary(
         "duplicate_external_effects": acc["duplicate_external_effects"],
         **tables,
         **costs,
+        "harness": harness_cpu(cfg, measured_s, n_fires),
         "unavailable": unavailable,
         "warnings": warnings,
         # what the reader of the cost figures must know (they are shown as warnings in the
         # report), kept apart from the run's own problems above
         "measurement_notes": _cost_warnings(window, tables, costs),
+    }
+
+
+def harness_cpu(cfg: dict[str, Any], measured_s: float, fires: int) -> dict[str, Any] | None:
+    """The run process's CPU over the measured window: seconds, cores (of one: the harness is one
+    Python process, so 1.0 is its ceiling) and milliseconds per fire delivered in the window.
+    ``claim_loops_in_process`` is False for ``--nodes`` runs, whose claim loops and simulated
+    provider spend their CPU in the node processes instead."""
+    window = cfg.get("window") or {}
+    start, end = window.get("harness_cpu_start_s"), window.get("harness_cpu_end_s")
+    if start is None or end is None or measured_s <= 0:
+        return None
+    cpu_s = max(0.0, float(end) - float(start))
+    return {
+        "cpu_s": round(cpu_s, 3),
+        "cores": round(cpu_s / measured_s, 3),
+        "cpu_ms_per_fire": round(1000 * cpu_s / fires, 4) if fires else None,
+        "claim_loops_in_process": not window.get("nodes"),
     }
 
 

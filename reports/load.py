@@ -35,6 +35,14 @@ class Run:
     statements: pd.DataFrame | None = None  # statements.parquet (None: not recorded, see summary's unavailable)
     problems: list[str] = field(default_factory=list)  # files missing or unreadable
     label: str = ""
+    # the harness's own ceiling on this run's workload (reports.harness_ceiling): the memory
+    # calibration run that covers it, found beside the run; None when there is none
+    calibration: "Run | None" = None
+
+    @property
+    def is_calibration(self) -> bool:
+        """A memory run made by ``bench calibrate``: the harness's ceiling, not a design to compare."""
+        return bool(self.config.get("calibration"))
 
     @property
     def name(self) -> str:

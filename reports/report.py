@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reports import harness_ceiling
 from reports.html import render_html
 from reports.errors import ReportError
 from reports.gate import GateVerdict, evaluate, verdict_markdown
@@ -38,6 +39,9 @@ def write_report(run_args: list[str], html_path: Path | None, markdown_path: Pat
     """Load the runs, build the report and write the requested files; with ``fail_on``, the gate's
     Markdown verdict too (``gate_path``)."""
     runs = load_runs(run_args) if run_args else []
+    # the harness's own calibration runs are not compared: each run carries the one for its workload
+    runs, calibrations = harness_ceiling.split(runs)
+    harness_ceiling.attach(runs, calibrations)
     gate = gate_runs(runs, baseline, fail_on) if fail_on else None
     if slo:  # a bad --slo fails before anything is written
         from reports.thresholds import parse_thresholds

@@ -16,6 +16,7 @@ from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's ow
 from metrics.rundir import how_to_read
 from reports import fmt
 from reports.costs import SERVER_WIDE_NOTE
+from reports.harness_ceiling import ceiling_check
 from reports.load import Run
 
 # memory is the harness's reference (no store): when real backends are in the report it is shown
@@ -421,6 +422,9 @@ def run_checks(run: Run) -> list[Check]:
     v = s.get("duplicate_effects")
     checks.append(Check("no duplicate keyed effects", None if v is None else v == 0,
                         "unknown" if v is None else f"duplicate keyed effects: {int(v):,}"))
+    harness = ceiling_check(run)
+    if harness is not None:
+        checks.append(Check("harness ceiling", *harness))
     if run.problems:
         checks.append(Check("files readable", False, "; ".join(fmt.collapse(run.problems))))
     return checks

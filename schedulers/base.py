@@ -45,7 +45,7 @@ import contextlib
 import importlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
 
 
 def us(t: float) -> float:
@@ -99,6 +99,25 @@ class Processor(Protocol):
         """Called after the backend's commit: ``delivered[i]`` is True when fire i's effect was
         newly recorded under its ``(timer_id, due_at)`` key (False: no effect, or a duplicate
         the key suppressed)."""
+
+    # Optional: ``stream(fires)``, an async iterator of ``(positions, outcomes)`` groups handed
+    # back as their polls finish (every position exactly once). A backend that commits per fire
+    # reads outcomes through :func:`outcomes_as_polls_finish`, which falls back to ``process``
+    # (one group) for a processor without it.
+
+
+async def outcomes_as_polls_finish(
+    processor: Processor, fires: Sequence[Fire]
+) -> AsyncIterator[tuple[list[int], Sequence[Outcome]]]:
+    """``(positions, outcomes)`` groups of ``fires`` as their polls finish: the processor's
+    ``stream`` when it has one, else one group when ``process`` returns. A design with batch
+    semantics (one commit per claimed batch, as the seeds' pollers) calls ``process`` instead."""
+    stream = getattr(processor, "stream", None)
+    if stream is None:
+        yield list(range(len(fires))), await processor.process(fires)
+        return
+    async for group in stream(fires):
+        yield group
 
 
 @dataclass(frozen=True)
@@ -324,6 +343,46 @@ async def nap(seconds: float, *events: asyncio.Event) -> None:
             w.cancel()
 
 
+class Room:
+    """What a run loop may hold in flight, in batches or in fires: taken before a claim, given
+    back as the claimed work commits."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self._changed = asyncio.Event()
+
+    async def take(self, n: int, least: int | None = None) -> int:
+        """Wait until at least ``least`` (default ``n``) is free; take up to ``n`` of it and say
+        how much was taken."""
+        least = min(n if least is None else least, self.size)
+        while self.free < least:
+            self._changed.clear()
+            await self._changed.wait()
+        got = min(n, self.free)
+        self.free -= got
+        return got
+
+    def give(self, n: int) -> None:
+        if n > 0:
+            self.free += n
+            self._changed.set()
+
+
+class Held:
+    """The room one batch holds; :meth:`give` returns part of it as fires commit, and the run
+    loop returns the rest when the batch ends, however it ends."""
+
+    def __init__(self, room: Room, n: int) -> None:
+        self.room = room
+        self.n = n
+
+    def give(self, n: int) -> None:
+        n = min(n, self.n)
+        self.n -= n
+        self.room.give(n)
+
+
 class RunLoop:
     """The skeleton of every ``run()``: batches in flight, background tasks, and the two ways out
     of the contract at the top of this module.
@@ -338,6 +397,12 @@ class RunLoop:
                 ...claim...
                 loop.start_batch(self._process, ...)   # gives its slot back when it ends
 
+    A design that commits per fire counts its room in fires instead (``RunLoop(fires_in_flight=
+    inflight_batches * batch)``): ``room = take_slot(stop, batch, least=batch // 2)`` before a
+    claim of at most ``room`` rows, ``give_back`` what the claim did not fill, and ``start_stream(process, ..., size=claimed)``, whose ``process``
+    gets a :class:`Held` and gives rows back as their groups commit. A batch's slowest poll then
+    holds back only its own row, not a whole batch's room (head-of-line blocking).
+
     Leaving the block normally (``stop`` was set) is a **graceful stop**: in-flight batches
     commit before ``run`` returns. Cancelling ``run`` is a **crash**: in-flight batches are
     cancelled and nothing is released, so claims and leases lapse on their own. An error from
@@ -345,8 +410,8 @@ class RunLoop:
     with ``join=True`` (a worker that must be gone before ``run`` returns) are also awaited.
     """
 
-    def __init__(self, inflight_batches: int = 1) -> None:
-        self.slots = asyncio.Semaphore(inflight_batches)
+    def __init__(self, inflight_batches: int = 1, *, fires_in_flight: int | None = None) -> None:
+        self.room = Room(fires_in_flight if fires_in_flight is not None else inflight_batches)
         self.inflight: set[asyncio.Task] = set()
         self.batch_errors = 0
         self._keepers: list[tuple[asyncio.Task, bool]] = []
@@ -384,24 +449,38 @@ class RunLoop:
         self._keepers.append((task, join))
         return task
 
-    async def take_slot(self, stop: asyncio.Event) -> bool:
-        """Wait for a free batch slot. False, with the slot given back, when ``stop`` was set
-        meanwhile: a loop that is stopping claims nothing more."""
-        await self.slots.acquire()
+    async def take_slot(self, stop: asyncio.Event, n: int = 1, least: int | None = None) -> int:
+        """Wait for room for ``n`` (one batch), or for at least ``least`` of ``n`` fires; returns
+        the room taken, which the claim must not exceed. 0, with the room given back, when
+        ``stop`` was set meanwhile: a loop that is stopping claims nothing more."""
+        got = await self.room.take(n, least)
         if stop.is_set():
-            self.slots.release()
-            return False
-        return True
+            self.room.give(got)
+            return 0
+        return got
+
+    def give_back(self, n: int = 1) -> None:
+        """Return room taken with :meth:`take_slot` that no batch holds (a claim came back
+        short or empty)."""
+        self.room.give(n)
 
     def start_batch(self, process: Callable[..., Awaitable[Any]], *args: Any) -> asyncio.Task:
         """Process one claimed batch in the slot the caller took; the slot is given back when
         ``process(*args)`` ends, however it ends."""
-        task = asyncio.create_task(self._in_slot(process, args))
+        return self._start(process, args, Held(self.room, 1), pass_held=False)
+
+    def start_stream(self, process: Callable[..., Awaitable[Any]], *args: Any, size: int) -> asyncio.Task:
+        """Process ``size`` claimed fires in the room the caller took: ``process(*args, held)``
+        gives rows back with ``held.give(n)`` as they commit; the rest comes back when it ends."""
+        return self._start(process, args, Held(self.room, size), pass_held=True)
+
+    def _start(self, process: Callable[..., Awaitable[Any]], args: tuple, held: Held, pass_held: bool) -> asyncio.Task:
+        task = asyncio.create_task(self._in_slot(process, args + (held,) if pass_held else args, held))
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
         return task
 
-    async def _in_slot(self, process: Callable[..., Awaitable[Any]], args: tuple) -> None:
+    async def _in_slot(self, process: Callable[..., Awaitable[Any]], args: tuple, held: Held) -> None:
         try:
             await process(*args)
         except Exception:
@@ -410,7 +489,7 @@ class RunLoop:
             self.batch_errors += 1
             logging.getLogger("timerbench.schedulers").exception("a batch failed; its claims will lapse")
         finally:
-            self.slots.release()
+            held.give(held.n)
 
 
 # -- gauges a backend may share ------------------------------------------------------------

@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from schedulers.base import Capabilities, Fire, Processor, RunLoop, StoreContext, Timer, nap, resolve_options, us
+from schedulers.base import (
+    Capabilities, Fire, Held, Processor, RunLoop, StoreContext, Timer, nap, outcomes_as_polls_finish, resolve_options, us,
+)
 
 
 @dataclass(slots=True)
@@ -41,9 +43,11 @@ class MemoryScheduler:
     description = "in-process heap with leases: the conformance oracle and the harness's own ceiling"
     default_options: dict[str, Any] = {
         "tick_s": 0.05,  # longest sleep between claim loops when nothing is due, seconds
+        "coalesce_s": 0.01,  # shortest sleep after a claim that caught up, seconds
         "batch": 800,  # timers per processor call (seeds/003: up to 800 per tick)
         "lease_s": 30.0,  # a crashed owner's timers come back after this, seconds
-        "inflight_batches": 16,  # batches processed concurrently per run loop (a batch ends with its slowest poll)
+        # batches' worth of fires in flight per run loop (rows come back as their polls finish)
+        "inflight_batches": 16,
     }
     conformance_options: dict[str, Any] = {"tick_s": 0.02, "lease_s": 2.0, "batch": 50}
     needs_postgres = False
@@ -53,6 +57,7 @@ class MemoryScheduler:
         self.ctx = ctx
         self.options = resolve_options(self.name, self.default_options, options)
         self.tick_s = self.options["tick_s"]
+        self.coalesce_s = min(self.options["coalesce_s"], self.tick_s)
         self.batch = self.options["batch"]
         self.lease_s = self.options["lease_s"]
         self.inflight_batches = self.options["inflight_batches"]
@@ -142,13 +147,13 @@ class MemoryScheduler:
             self.recovered += 1
             heapq.heappush(self._due, (e.fire_at, next(self._seq), tid, version))
 
-    def _claim(self, now: float, owner: str, batch_no: int) -> list[tuple[Fire, int]]:
+    def _claim(self, now: float, owner: str, batch_no: int, limit: int) -> list[tuple[Fire, int]]:
         due = self._due
         entries = self._entries
         out: list[tuple[Fire, int]] = []
         expires = now + self.lease_s
         held = self._held.setdefault(owner, set())
-        while due and due[0][0] <= now and len(out) < self.batch:
+        while due and due[0][0] <= now and len(out) < limit:
             fire_at, _, tid, version = heapq.heappop(due)
             e = entries.get(tid)
             if e is None or e.version != version or e.owner is not None:
@@ -170,21 +175,30 @@ class MemoryScheduler:
     ) -> None:
         owner = worker_id or f"mem-{os.getpid()}-{id(stop):x}"
         batch_no = 0
-        async with RunLoop(self.inflight_batches) as loop:
+        # Room counted in fires: a batch gives its rows back as their polls finish and commit,
+        # so its slowest poll holds back one row, not a batch's worth of room.
+        async with RunLoop(fires_in_flight=self.inflight_batches * self.batch) as loop:
             loop.keep(self._heartbeat(owner, stop))
             while not stop.is_set():
+                room = await loop.take_slot(stop, self.batch, least=(self.batch + 1) // 2)
+                if not room:
+                    break
                 now = time.time()
                 self.last_tick_at = now
                 self._sweep_expired(now)
-                claimed = self._claim(now, owner, batch_no)
+                claimed = self._claim(now, owner, batch_no, room)
+                loop.give_back(room - len(claimed))
                 if claimed:
                     batch_no += 1
-                    await loop.slots.acquire()
-                    loop.start_batch(self._process, processors, claimed, owner)
-                    continue
+                    loop.start_stream(self._process, processors, claimed, owner, size=len(claimed))
+                    if len(claimed) == room:
+                        continue  # more may be due now
+                # Caught up: wait for the next due timer, but at least coalesce_s, so that at
+                # thousands of fires/s a claim takes what came due meanwhile instead of one
+                # batch per timer (room in fires no longer caps the batches in flight).
                 wait = self.tick_s
                 if self._due:
-                    wait = min(wait, max(0.0, self._due[0][0] - now))
+                    wait = min(wait, max(self.coalesce_s, self._due[0][0] - now))
                 self._wake.clear()
                 await nap(wait, self._wake)
 
@@ -204,14 +218,16 @@ class MemoryScheduler:
         processors: Mapping[str, Processor],
         claimed: list[tuple[Fire, int]],
         owner: str,
+        held: Held,
     ) -> None:
         by_type: dict[str, list[tuple[Fire, int]]] = {}
         for item in claimed:
             by_type.setdefault(item[0].type, []).append(item)
         for type_, items in by_type.items():
             fires = [f for f, _ in items]
-            outcomes = await processors[type_].process(fires)
-            self._commit(items, outcomes, owner, processors[type_])
+            async for positions, outcomes in outcomes_as_polls_finish(processors[type_], fires):
+                self._commit([items[i] for i in positions], outcomes, owner, processors[type_])
+                held.give(len(positions))
 
     def _commit(self, items: list[tuple[Fire, int]], outcomes: Sequence, owner: str, processor: Processor) -> None:
         now = time.time()
@@ -250,5 +266,5 @@ class MemoryScheduler:
             heapq.heappush(self._due, item)
         self.fires += len(items)
         processor.committed([f for f, _ in items], delivered)
-        if rearm:
-            self._wake.set()
+        if rearm and min(r[0] for r in rearm) < now + self.tick_s:
+            self._wake.set()  # a re-arm is due before the claim loop's next tick

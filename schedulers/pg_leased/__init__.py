@@ -10,11 +10,13 @@ Data flow of one fire (every statement is in ``queries.sql``, the tables in ``sc
    ``running`` under a lease ``(owner_id, lease_expires)`` (seeds/001).
 2. ``fetch_states`` — the poll state of the whole batch in one query (seeds/000: batched
    per-tick lookups instead of per-row round trips).
-3. The processor polls.
-4. ``commit_batch`` — one statement, hence one transaction: re-arm (next fire time, lease
-   cleared, version + 1), the new poll state, and the effects under their ``(trigger_id,
+3. The processor polls, and hands outcomes back in groups as their polls finish.
+4. ``commit_batch`` per group — one statement, hence one transaction: re-arm (next fire time,
+   lease cleared, version + 1), the new poll state, and the effects under their ``(trigger_id,
    due_at)`` key (seeds/001 idempotent checkpoint); ``RETURNING`` says which effects were new,
-   and the processor hears it through ``committed``.
+   and the processor hears it through ``committed``. Leases are per row, so nothing ties a
+   row's commit to the rest of its claim: committing per group keeps a claim's slowest poll
+   from holding the other rows' re-arms and the run loop's room (issue 21, head-of-line).
 
 Rows are updated in place, never deleted per fire. A finished timer stays as a ``done`` row,
 outside the partial index. ``next_fire_at IS NULL`` is due now; it is stored as ``due_key =
@@ -80,6 +82,7 @@ from psycopg_pool import AsyncConnectionPool
 from schedulers.base import (
     Capabilities,
     Fire,
+    Held,
     Outcome,
     Processor,
     Range,
@@ -87,6 +90,7 @@ from schedulers.base import (
     StoreContext,
     Timer,
     nap,
+    outcomes_as_polls_finish,
     resolve_options,
     us,
 )
@@ -159,9 +163,10 @@ class PgLeasedScheduler:
         # claim statements one run loop keeps in flight at once (SKIP LOCKED keeps their rows
         # disjoint). One at a time capped a loop near 20 claims/s x batch under a backlog.
         "claimers": 3,
-        # batches one run loop processes concurrently (each holds a claim and its leases). A
-        # batch finishes with its slowest poll (provider p99 ~1 s), so 4 x 200 in flight caps a
-        # loop near 500 fires/s, under the seeds' 556/s: 16 x 200 leaves room.
+        # rows one run loop holds in flight, in batches: inflight_batches x batch. A claim waits
+        # for a batch's worth of room; rows give theirs back as their polls finish and commit.
+        # (When a batch held its room until its slowest poll, provider p99 ~1 s, 4 x 200 capped
+        # a loop near 500 fires/s, under the seeds' 556/s.)
         "inflight_batches": 16,
         # connections in this instance's pool.
         "pool_size": 12,
@@ -382,30 +387,35 @@ class PgLeasedScheduler:
             nonlocal batch_no
             while not stop.is_set():
                 self.last_tick_at = time.time()
-                if not await loop.take_slot(stop):  # claim only what this loop can start processing now
+                # claim only what this loop can start processing now: up to a batch, once at
+                # least half a batch of room is free (smaller claims cost more per row)
+                room = await loop.take_slot(stop, self.batch, least=(self.batch + 1) // 2)
+                if not room:
                     break
                 number = batch_no  # taken before the await: the other claimers share the counter
                 batch_no += 1
                 try:
-                    claimed = await self._claim(next(statements), owner, number)
+                    claimed = await self._claim(next(statements), owner, number, room)
                     self.last_tick_at = time.time()
                 except Exception:
-                    loop.slots.release()
+                    loop.give_back(room)
                     log.exception("%s %s: claim failed; retrying after a tick", self.name, owner)
                     await self._nap(stop)
                     continue
+                loop.give_back(room - len(claimed))
                 if not claimed:
-                    loop.slots.release()
                     await self._nap(stop)
                     continue
                 held.update(c.fire.timer_id for c in claimed)  # Counter: +1 each
-                loop.start_batch(self._process, processors, claimed, owner, held)
+                loop.start_stream(self._process, processors, claimed, owner, held, size=len(claimed))
                 if not self._maybe_more(claimed):
                     await self._nap(stop)
 
         # Cancelling is a crash (RunLoop): in-flight batches die uncommitted, heartbeats stop,
-        # and their leases are left to lapse.
-        async with RunLoop(self.inflight_batches) as loop:
+        # and their leases are left to lapse. Room is counted in rows: a batch commits its rows
+        # in groups as their polls finish and gives each group's room back, so the batch's
+        # slowest poll holds back one row, not the room of a whole batch.
+        async with RunLoop(fires_in_flight=self.inflight_batches * self.batch) as loop:
             loop.keep(self._heartbeat_loop(owner, held))
             loop.keep(self._sweep_loop())
             # Several claim statements in flight (SKIP LOCKED keeps them disjoint): one at a time
@@ -434,14 +444,15 @@ class PgLeasedScheduler:
         self._wake.clear()
         await nap(self.tick_s, self._wake, stop)
 
-    async def _claim(self, statement: sql.Composed, owner: str, batch_no: int) -> list[_Claimed]:
-        """Run one claim statement (``claim_due`` rendered for the table it claims from)."""
+    async def _claim(self, statement: sql.Composed, owner: str, batch_no: int, limit: int) -> list[_Claimed]:
+        """Run one claim statement (``claim_due`` rendered for the table it claims from) for at
+        most ``limit`` rows."""
         pool = await self._pool_()
         async with pool.connection() as conn:  # autocommit: the claim commits on return
             cur = await conn.execute(
                 statement,
                 {
-                    "limit": self.batch,
+                    "limit": limit,
                     "max_per_tenant": self.max_per_tenant,
                     "tenant_scan": self.tenant_scan,
                     "overselect": self.overselect,
@@ -473,6 +484,7 @@ class PgLeasedScheduler:
         claimed: list[_Claimed],
         owner: str,
         held: Counter[str],
+        room: Held,
     ) -> None:
         pending = {id(c): c for c in claimed}  # claims this batch still holds
 
@@ -496,10 +508,13 @@ class PgLeasedScheduler:
                     release(items)
                     continue
                 fires = [c.fire for c in items]
-                outcomes = await processor.process(fires)
-                delivered = await self._commit(items, outcomes, owner)
-                release(items)
-                processor.committed(fires, [delivered[f.timer_id] for f in fires])
+                # Leases are per row, so each group of finished polls commits on its own.
+                async for positions, outcomes in outcomes_as_polls_finish(processor, fires):
+                    group = [items[i] for i in positions]
+                    delivered = await self._commit(group, outcomes, owner)
+                    release(group)
+                    room.give(len(group))
+                    processor.committed([c.fire for c in group], [delivered[c.fire.timer_id] for c in group])
         except asyncio.CancelledError:
             raise  # a crash: keep the leases, they lapse
         except Exception:

@@ -292,14 +292,14 @@ class PgQueueScheduler:
                     # committed or did not; either way retry next tick -- a claim lost with its
                     # connection comes back after stale_claim_s, like a crashed owner's.
                     if not self.hold_tick_tx:  # else the tick's task gave its slot back
-                        loop.slots.release()
+                        loop.give_back()
                     self.claim_errors += 1
                     self.last_error = exc
                     await nap(self.tick_s, stop)
                     continue
                 except BaseException:
                     if not self.hold_tick_tx:  # else the tick's task gives its slot back itself
-                        loop.slots.release()
+                        loop.give_back()
                     raise
                 self.ticks += 1
                 self.last_tick_at = time.time()
@@ -308,7 +308,7 @@ class PgQueueScheduler:
                     task = loop.start_batch(self._process, pool, processors, fires, claimed_at, owner)
                     task.add_done_callback(self._note_error)
                 else:
-                    loop.slots.release()
+                    loop.give_back()
                 await self._sleep_out_tick(started, stop)
 
     async def _sleep_out_tick(self, started: float, stop: asyncio.Event) -> None:

@@ -77,6 +77,34 @@ class RecordingProcessor:
         return [r for r in self.received if r.claim_no == 0]
 
 
+@dataclass
+class HalfThenHangs(RecordingProcessor):
+    """A processor that hands outcomes back as polls finish (``stream``): the first half of each
+    batch at once, then it hangs on ``hold`` (the owner dies with the slow polls out). Its
+    ``process`` (what a design with batch semantics calls) hangs on ``hold`` for the whole batch."""
+
+    streamed: int = 0  # outcomes handed back through stream
+
+    async def stream(self, fires: Sequence[Fire]):
+        positions = list(range(len(fires)))
+        half = (len(fires) + 1) // 2
+        now = time.time()
+        batch = [Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches), f.batch)
+                 for f in fires]
+        self.batches.append(batch)
+        self.received.extend(batch)
+        self.streamed += half
+        yield positions[:half], [Outcome(next_fire_at=None, new_state=None, effect=True) for _ in range(half)]
+        self.in_process += 1
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+        finally:
+            self.in_process -= 1
+        self.streamed += len(fires) - half
+        yield positions[half:], [Outcome(next_fire_at=None, new_state=None, effect=True) for _ in positions[half:]]
+
+
 class Runner:
     """``run`` loops started in the background; cancelling one is a crash (see schedulers.base)."""
 

@@ -20,6 +20,7 @@ from schedulers.base import Capabilities, Timer, us
 from tests.conformance.helpers import (
     CLOCK_TOLERANCE_S,
     Factory,
+    HalfThenHangs,
     HoldsFirstBatches,
     RecordingProcessor,
     Runner,
@@ -223,6 +224,38 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         # schedulers.base: a re-claim after the lease lapsed is a claim too (redelivery shows as claims)
         assert s.claimed_timers >= claimed_once + len(timers), (
             f"claimed_timers went from {claimed_once} to {s.claimed_timers} while {len(timers)} timers were re-claimed")
+
+
+@promise()
+async def check_owner_crashed_midway_through_a_stream_loses_nothing(factory: Factory) -> None:
+    """A processor that hands outcomes back as its polls finish (issue 21) and dies with half of
+    them out: whether the design commits per group or per batch, every timer's effect is recorded
+    exactly once and none is left armed or lost."""
+    async with running(factory) as (s, runner):
+        dying = HalfThenHangs(hold=asyncio.Event())
+        timers = [Timer(f"stream-{i}", time.time() - 0.1) for i in range(10)]
+        ids = {t.id for t in timers}
+        await s.arm(timers)
+        task = runner.start(dying, "dying")
+        ok = await wait_until(lambda: dying.ids() >= ids and (dying.in_process > 0), bound_s(s))
+        assert ok, "the first owner never received the timers"
+        await asyncio.sleep(0.5)  # a design that commits per group has committed the first halves
+        await runner.crash(task)
+        heir = RecordingProcessor()
+        runner.start(heir, "heir")
+        limit = s.capabilities.redelivery_s + bound_s(s)
+        keys = {(t.id, us(t.fire_at)) for t in timers}
+        ok = await wait_until(lambda: set(dying.delivered) | set(heir.delivered) >= keys, limit)
+        missing = keys - set(dying.delivered) - set(heir.delivered)
+        assert ok, f"{len(missing)} effects of a crashed streaming owner were never recorded within {limit:.1f}s"
+        await asyncio.sleep(0.5)
+        twice = {k for k in keys if dying.delivered.get(k, 0) + heir.delivered.get(k, 0) != 1}
+        assert not twice, f"{len(twice)} effects recorded more than once: {sorted(twice)[:3]}"
+        # redelivered fires are only those whose group never committed (a design that commits per
+        # batch redelivers all of them)
+        assert heir.ids() <= ids
+        left = await until_exported(s, {}, bound_s(s))
+        assert not left, f"{len(left)} finished timers are still armed: {sorted(left)[:3]}"
 
 
 @promise(requires="heartbeat_leases")

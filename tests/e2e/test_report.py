@@ -74,9 +74,28 @@ def compared(bench, tmp_path_factory):
     proc = bench("compare", "--schedulers", ",".join(names), *SMOKE, "--out", str(out / "runs"), "-o", str(html), "--markdown", str(md))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"report: {html}" in proc.stdout
-    runs = {d.name.split("-", 2)[2]: d for d in sorted((out / "runs").iterdir()) if d.is_dir()}
+    dirs = [d for d in sorted((out / "runs").iterdir()) if d.is_dir()]
+    calibrations = [d for d in dirs if rundir.read_config(d).get("calibration")]
+    runs = {d.name.split("-", 2)[2]: d for d in dirs if d not in calibrations}
     assert sorted(runs) == sorted(names), proc.stderr[-2000:]
-    return {"html": html, "md": md, "runs": runs, "names": names, "out": out}
+    return {"html": html, "md": md, "runs": runs, "names": names, "out": out, "calibrations": calibrations}
+
+
+def test_compare_ends_with_the_harness_calibration_and_each_backend_is_checked_against_it(compared):
+    """bench compare's last run is the memory scheduler at 3x the rate (issue 21): not a compared
+    column, but every backend's "harness ceiling" check reads it."""
+    (cal,) = compared["calibrations"]
+    config, summary = rundir.read_config(cal), rundir.read_summary(cal)
+    target = rundir.read_summary(compared["runs"]["pg_leased"])["target_rate"] if "pg_leased" in compared["runs"] else None
+    assert config["scheduler"] == "memory" and config["label"] == "harness ceiling"
+    assert config["calibration"]["factor"] == 3.0
+    assert summary["harness"]["cores"] > 0 and summary["harness"]["cpu_ms_per_fire"] > 0
+    page = compared["html"].read_text()
+    assert not [k for k in parse(compared["html"]).cells if k[1] == "harness ceiling"]  # not a compared column
+    if target is not None:
+        assert abs(config["calibration"]["for_rate"] - target) < 1e-6
+        assert 'data-check="harness ceiling" data-ok="True"' in page, "pg_leased was not checked against the harness"
+    assert "harness ceiling" in compared["md"].read_text()
 
 
 # Table 1 row -> the figure from a summary recomputed from the Parquet files (metrics.rundir).
@@ -227,8 +246,8 @@ def test_a_failed_run_is_reported_and_the_others_still_are(bench, tmp_path):
         "import schedulers.base as b\nb.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(bench.cwd)])}
     html = tmp_path / "r.html"
-    proc = bench("compare", "--schedulers", "memory,crashing", *SMOKE, "--out", str(tmp_path / "runs"), "-o", str(html),
-                 env=env, timeout=240)
+    proc = bench("compare", "--schedulers", "memory,crashing", *SMOKE, "--no-calibrate", "--out", str(tmp_path / "runs"),
+                 "-o", str(html), env=env, timeout=240)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 of 2 runs failed: crashing" in proc.stderr
     page = parse(html)

@@ -21,7 +21,7 @@ import pytest
 
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
-from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import HalfThenHangs, RecordingProcessor, Runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"tick_s": 0.05, "lease_s": 1.0, "sweep_s": 0.2, "batch": 50, "max_per_tenant": 10}
@@ -236,6 +236,38 @@ async def test_failed_batch_is_redelivered_after_its_lease(pg_dsn, schema):
         ok = await wait_until(lambda: len(proc.inner.delivered) == 5, s.capabilities.redelivery_s + 5.0)
         assert proc.failed == 5 and ok, f"{len(proc.inner.delivered)} of 5 rows of a failed batch came back"
         assert min(r.received_at for r in proc.inner.received) >= t0 + FAST["lease_s"], "retried before the lease lapsed"
+    finally:
+        await runner.stop_all()
+        await s.teardown(drop=True)
+
+
+async def test_rows_commit_as_their_polls_finish_and_a_crash_returns_only_the_rest(pg_dsn, schema):
+    """Outcomes streamed back per group commit per group (issue 21, head-of-line blocking): the
+    fast half of a claim is re-armed while its slow half is still polling, and a crash then
+    redelivers only the slow half."""
+    s = await make(pg_dsn, schema, batch=10, inflight_batches=1)
+    dying = HalfThenHangs(hold=asyncio.Event())
+    runner = Runner(s)
+    try:
+        timers = [Timer(f"hol-{i}", time.time() - 0.1) for i in range(10)]
+        await s.arm(timers)
+        task = runner.start(dying, "w1")
+        ok = await wait_until(lambda: dying.in_process > 0 and len(dying.delivered) == 5, 10.0)
+        assert ok, f"the fast half was not committed while the slow half polled ({len(dying.delivered)} of 5)"
+        fast = {k[0] for k in dying.delivered}
+        # the room of the committed half came back: one run loop with room for one batch claims
+        # again while the first batch's slow half is out
+        await s.arm([Timer("late-comer", time.time() - 0.1)])
+        ok = await wait_until(lambda: "late-comer" in dying.ids(), 10.0)
+        assert ok, "the committed rows' room did not come back: nothing more was claimed"
+        await runner.crash(task)
+        heir = RecordingProcessor()
+        runner.start(heir, "heir")
+        ok = await wait_until(lambda: len(heir.delivered) >= 5, s.capabilities.redelivery_s + 10.0)
+        assert ok, "the uncommitted half never came back"
+        await asyncio.sleep(0.5)
+        slow = {t.id for t in timers} - fast
+        assert heir.ids() & {t.id for t in timers} == slow, "a committed row was delivered again, or a slow one lost"
     finally:
         await runner.stop_all()
         await s.teardown(drop=True)

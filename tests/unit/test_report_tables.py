@@ -80,8 +80,8 @@ def test_checks_flag_an_unheld_rate_a_short_window_lost_fires_and_duplicate_effe
     checks = {c.name: c.ok for c in run_checks(run("a", achieved_rate=80.0, rate_held=False, lost=2, duplicate_effects=1,
                                                    complete=False, steady_state=False, cycles_per_trigger=0.7))}
     assert checks == {"complete": False, "rate held": False, "steady state": False, "no lost fires": False,
-                      "no duplicate keyed effects": False}
-    assert all(c.ok for c in run_checks(run("b")))
+                      "no duplicate keyed effects": False, "harness ceiling": None}  # no calibration: cannot tell
+    assert all(c.ok for c in run_checks(run("b")) if c.name != "harness ceiling")
     # lost fires in the warm-up fail the check too: a lost fire is never a warm-up artefact
     assert not {c.name: c.ok for c in run_checks(run("c", lost_in_warmup=1))}["no lost fires"]
 
