@@ -35,12 +35,14 @@ from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, default_warmu
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
               show_default=True, help="Parent of the search directory capacity-<timestamp>-<scheduler>/.")
 @click.option("--no-pgbench", is_flag=True, help="Skip the database ceiling (pgbench).")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="After the search, measure the harness's own ceiling at 3x the rate found (`bench calibrate`).")
 @click.option("--pgbench-duration", default="10s", show_default=True, help="pgbench -T per batch size.")
 @stack_options
 @click.pass_context
 def capacity(ctx: click.Context, scheduler: str, slo: str | None, start_rate: str, factor: float, precision: float,
              min_rate: str, max_rate: str, max_steps: int, duration: str, warmup: str | None, workload: str | None,
-             out_dir: Path, no_pgbench: bool, pgbench_duration: str, dsn: str | None,
+             out_dir: Path, no_pgbench: bool, calibrate: bool, pgbench_duration: str, dsn: str | None,
              temporal_address: str | None) -> None:
     """Find the highest rate SCHEDULER sustains: exponential probe, bisection, a confirmation rerun.
 
@@ -75,7 +77,9 @@ def capacity(ctx: click.Context, scheduler: str, slo: str | None, start_rate: st
     plan = CapacityPlan(scheduler=scheduler, slo=slo, search=search, duration=duration, warmup_s=warmup_s,
                         workload=workload, extra_args=list(ctx.args), out_dir=out_dir, pgbench=not no_pgbench,
                         pgbench_s=pgbench_s, dsn=dsn, temporal_address=temporal_address,
-                        command=sys.argv[sys.argv.index("capacity"):] if "capacity" in sys.argv else ["capacity"])
+                        command=sys.argv[sys.argv.index("capacity"):] if "capacity" in sys.argv else ["capacity"],
+                        calibration=(calibration_at(step_args_of(workload, ctx.args), warmup_s, duration)
+                                     if calibrate and scheduler != "memory" else None))  # memory is the harness
     check_writable_dir("--out", out_dir)
     check_children([scheduler], step_args(plan), out_dir, [], dsn, temporal_address,
                    rate_args=["--rate", f"{min(max(start, lo), hi):g}/s", "--warmup", f"{warmup_s:g}s"])
@@ -93,3 +97,23 @@ def capacity(ctx: click.Context, scheduler: str, slo: str | None, start_rate: st
         click.echo(f"report: {result.html}")
     if result.interrupted:
         raise KeyboardInterrupt
+
+
+def step_args_of(workload: str | None, extra: list[str]) -> list[str]:
+    from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS
+
+    return (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if workload is None else ["--workload", workload]) + extra
+
+
+def calibration_at(args: list[str], warmup_s: float, duration: str, longest_s: float = 30.0):
+    """The harness calibration at 3x a rate the search found, as a callable ``(rate, out_dir)``:
+    the steps' workload and warm-up, a window of at most 30 s."""
+    from bench.calibrate_cmd import run_calibration
+    from bench.run_cmd import run
+    from loadgen.rates import parse_duration
+
+    with run.make_context("run", ["--scheduler", "memory", *args]) as ctx:
+        params = dict(ctx.params)
+    params["warmup"] = f"{warmup_s:g}s"
+    window_s = min(longest_s, parse_duration(duration))
+    return lambda rate, out: run_calibration(params, rate, out, 3.0, window_s, label="[harness ceiling] ")

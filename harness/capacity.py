@@ -42,6 +42,8 @@ class CapacityPlan:
     dsn: str | None = None
     temporal_address: str | None = None
     command: list[str] = field(default_factory=list)
+    # (rate, out_dir) -> the harness calibration at 3x the rate found (harness.calibrate); None: skip it
+    calibration: Callable[[float, Path], Any] | None = None
 
 
 @dataclass
@@ -123,6 +125,17 @@ def _lag_bound_s(verdict, run) -> float:
     return declared_bound_s(run)
 
 
+def harness_ceiling(child, rate: float) -> dict[str, Any]:
+    """What the calibration after a search says: did the harness alone hold 3x the rate found?"""
+    out: dict[str, Any] = {"for_rate": rate, "run_dir": str(child.run_dir) if child.run_dir else None,
+                           "exit_code": child.exit_code, "interrupted": child.interrupted}
+    if child.run_dir is not None and (child.run_dir / rundir.SUMMARY).exists():
+        s = rundir.read_summary(child.run_dir)
+        out.update(offered=s.get("offered_rate"), achieved=s.get("achieved_rate"), held=s.get("rate_held"),
+                   cores=(s.get("harness") or {}).get("cores"))
+    return out
+
+
 def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityResult:
     from reports.report import FailedRun, write_report
 
@@ -186,6 +199,9 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     ceiling = (data["pgbench"] or {}).get("rows_per_s")
     if search.result and ceiling:
         data["fraction_of_ceiling"] = search.result / ceiling
+    if search.result and plan.calibration is not None and not interrupted:
+        data["harness"] = harness_ceiling(plan.calibration(search.result, out), search.result)
+        interrupted = data["harness"].pop("interrupted")
     data["finished_at"] = time.time()
     data["complete"] = not interrupted
     html, md = out / "report.html", out / "report.md"

@@ -65,8 +65,28 @@ def blocks(path: Path, data: dict[str, Any]) -> list[Block]:
     return [Block("h2", "Capacity search"), Block("strong", head),
             Block("p", f"{path} · SLO: {data.get('slo')} · rule: {data.get('rule')} · {data.get('duration')} measured + "
                        f"{data.get('warmup_s')} s warm-up per step" + ("" if data.get("complete") else " · search incomplete")),
+            *([] if data.get("scheduler") == "memory" else [Block("p", _harness_line(data.get("harness"), found))]),
             Block("table", header=["step", "offered", "achieved", "p99 lag", "lost", "writes/fire", "lag trend over the window",
                                    "sustained", "run directory"], rows=rows)]
+
+
+def _harness_line(h: dict[str, Any] | None, found: float | None) -> str:
+    """The harness's own ceiling at 3x the rate found (bench capacity's calibration)."""
+    if not h:
+        return ("Harness ceiling: not measured (`--no-calibrate`, or no rate found); "
+                "`bench calibrate` with the steps' workload at 3x the rate found measures it.")
+    if h.get("achieved") is None:
+        return f"Harness ceiling: the calibration run failed (exit {h.get('exit_code')}): not measured."
+    held = h.get("held")
+    cores = h.get("cores")
+    text = (f"Harness ceiling: the memory scheduler (no store) on the same workload "
+            f"{'held' if held else 'did not hold'} {h.get('offered'):,.0f} fires/s (3× the rate found; achieved "
+            f"{h['achieved']:,.0f}/s" + ("" if cores is None else f", harness process {cores:.2f} core") + "). ")
+    if held:
+        return text + "The rate found is the backend's, not the harness's."
+    if found and found > h["achieved"] / 3:
+        return text + "The rate found is above a third of it: it may be the harness's limit, not the backend's."
+    return text + "The rate found is below a third of it."
 
 
 def _as_sweep(data: dict[str, Any]) -> dict[str, Any]:

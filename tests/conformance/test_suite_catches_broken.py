@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Sequence
 
 import pytest
@@ -14,8 +15,8 @@ from tests.conformance import helpers, promises
 class FiresEarly(MemoryScheduler):
     """Claims every timer one second before it is due."""
 
-    def _claim(self, now, owner, batch_no):
-        return super()._claim(now + 1.0, owner, batch_no)
+    def _claim(self, now, owner, batch_no, limit):
+        return super()._claim(now + 1.0, owner, batch_no, limit)
 
 
 class DropsTimers(MemoryScheduler):
@@ -55,6 +56,21 @@ class InFlightCommitIgnoresMoves(MemoryScheduler):
         super()._commit(current, outcomes, owner, processor)
 
 
+class LosesTheRestOnCrash(MemoryScheduler):
+    """Commits outcomes as polls finish, but a crash mid-stream deletes the rows still polling, as
+    a design that took a claim's rows out of the store up front and wrote them back per group would."""
+
+    async def _process(self, processors, claimed, owner, held):
+        try:
+            await super()._process(processors, claimed, owner, held)
+        except asyncio.CancelledError:
+            for fire, _ in claimed:
+                e = self._entries.get(fire.timer_id)
+                if e is not None and e.owner == owner:
+                    del self._entries[fire.timer_id]
+            raise
+
+
 class ExportsFinishedTimers(MemoryScheduler):
     """export_armed answers from a log of arms, so timers that fired and finished are still listed."""
 
@@ -91,8 +107,8 @@ class IgnoresDisarm(MemoryScheduler):
 class CountsNoClaims(MemoryScheduler):
     """Claims and delivers as memory does, but never counts a claim (schedulers.base asks it to)."""
 
-    def _claim(self, now, owner, batch_no):
-        out = super()._claim(now, owner, batch_no)
+    def _claim(self, now, owner, batch_no, limit):
+        out = super()._claim(now, owner, batch_no, limit)
         self.claimed_timers = 0
         return out
 
@@ -130,8 +146,8 @@ class DeadAfterTeardown(MemoryScheduler):
         self.dead = True
         await super().teardown(drop)
 
-    def _claim(self, now, owner, batch_no):
-        return [] if self.__dict__.get("dead") else super()._claim(now, owner, batch_no)
+    def _claim(self, now, owner, batch_no, limit):
+        return [] if self.__dict__.get("dead") else super()._claim(now, owner, batch_no, limit)
 
 
 def factory_for(cls):
@@ -155,6 +171,7 @@ def factory_for(cls):
         (ExportsFirstArm, promises.check_export_lists_what_will_fire),
         (IgnoresDisarm, promises.check_disarm_removes_timers),
         (CountsNoClaims, promises.check_crashed_owner_timers_are_redelivered),
+        (LosesTheRestOnCrash, promises.check_owner_crashed_midway_through_a_stream_loses_nothing),
         (ForgetsInFlight, promises.check_export_armed_holds_what_will_still_fire),
         (SetupWipesTheStore, promises.check_setup_and_teardown_are_idempotent),
         (TeardownTwiceRaises, promises.check_setup_and_teardown_are_idempotent),
@@ -170,6 +187,7 @@ def factory_for(cls):
         "exports-first-arm",
         "ignores-disarm",
         "counts-no-claims",
+        "loses-the-rest-on-crash",
         "forgets-in-flight",
         "setup-wipes-the-store",
         "teardown-twice-raises",
@@ -192,6 +210,7 @@ async def test_memory_passes_the_same_checks():
         promises.check_export_lists_what_will_fire,
         promises.check_disarm_removes_timers,
         promises.check_crashed_owner_timers_are_redelivered,
+        promises.check_owner_crashed_midway_through_a_stream_loses_nothing,
         promises.check_export_armed_holds_what_will_still_fire,
         promises.check_setup_and_teardown_are_idempotent,
     ):

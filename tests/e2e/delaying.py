@@ -14,6 +14,6 @@ class DelaysEveryFire(MemoryScheduler):
     # enough batches in flight that waiting batches do not queue behind each other
     default_options = {**MemoryScheduler.default_options, "inflight_batches": 512}
 
-    async def _process(self, processors, claimed, owner):
+    async def _process(self, processors, claimed, owner, held):
         await asyncio.sleep(DELAY_S)
-        await super()._process(processors, claimed, owner)
+        await super()._process(processors, claimed, owner, held)

@@ -65,8 +65,9 @@ class TenSecondsSlow(MemoryScheduler):
         now = time.time()
         await super().arm([replace(t, fire_at=(now if t.fire_at is None else t.fire_at) + self.DELAY_S) for t in timers])
 
-    def _claim(self, now, owner, batch_no):
-        return [(replace(f, due_at=round(f.due_at - self.DELAY_S, 6)), v) for f, v in super()._claim(now, owner, batch_no)]
+    def _claim(self, now, owner, batch_no, limit):
+        return [(replace(f, due_at=round(f.due_at - self.DELAY_S, 6)), v)
+                for f, v in super()._claim(now, owner, batch_no, limit)]
 
     def _commit(self, items, outcomes, owner, processor):
         later = [replace(o, next_fire_at=None if o.next_fire_at is None else o.next_fire_at + self.DELAY_S)

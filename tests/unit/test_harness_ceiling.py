@@ -79,3 +79,19 @@ def test_memory_runs_get_no_ceiling_check_and_calibrations_alone_are_shown(tmp_p
     assert checks_of(mem) == {"memory": None}
     runs, cals = harness_ceiling.split(load_runs([str(cal)]))
     assert [r.path for r in runs] == [cal] and cals == []
+
+
+def test_a_capacity_search_states_the_harness_ceiling_at_three_times_the_rate_found(tmp_path):
+    from harness.capacity import harness_ceiling as capacity_harness
+    from harness.child import ChildRun
+    from reports.capacity import blocks
+
+    cal = make_run(tmp_path, "20260101-000009-memory", "memory", 15000, 9000, held=False, calibrates=5000)
+    got = capacity_harness(ChildRun(["bench", "run"], 0, cal), 5000.0)
+    assert got == {"for_rate": 5000.0, "run_dir": str(cal), "exit_code": 0, "interrupted": False,
+                   "offered": 15000, "achieved": 9000, "held": False, "cores": 0.42}
+    data = {"scheduler": "pg_leased", "search": {"rate": 5000.0}, "harness": got}
+    text = " ".join(str(b.text) for b in blocks(tmp_path / "capacity.json", data))
+    assert "did not hold 15,000 fires/s" in text and "may be the harness's limit" in text
+    assert "Harness ceiling: not measured" in " ".join(
+        str(b.text) for b in blocks(tmp_path / "capacity.json", {"scheduler": "pg_leased", "search": {}}))
