@@ -48,7 +48,7 @@ def test_a_database_without_the_extensions_gets_not_available_and_why(bench, pg_
 
 def test_compare_tuned_control_separates_tuning_from_design(bench, tmp_path):
     html = tmp_path / "r.html"
-    proc = bench("compare", "--schedulers", "pg_queue,pg_leased", "--tuned-control", *SHORT,
+    proc = bench("compare", "--schedulers", "pg_queue,pg_leased", "--tuned-control", *SHORT, "--no-calibrate",
                  "--out", str(tmp_path / "runs"), "-o", str(html), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((tmp_path / "runs").iterdir())

@@ -32,6 +32,7 @@ SUMMARY_KEYS = {
     "fires", "early", "redelivered_fires", "duplicate_fires", "duplicate_effects", "external_effects",
     "duplicate_external_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
     "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings", "measurement_notes",
+    "harness",
 }
 ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
             "temporal_version", "timerbench_version", "git_commit"}
@@ -77,6 +78,10 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     s = json.loads((run_dir / "summary.json").read_text())
     assert set(s) == SUMMARY_KEYS
     assert s["complete"] is True and s["incomplete_reason"] is None
+    # the run process's own CPU over the window: the harness's share of every figure
+    h = s["harness"]
+    assert h["claim_loops_in_process"] is True and 0 < h["cpu_s"] and 0 < h["cores"] <= 2.0
+    assert abs(h["cpu_ms_per_fire"] - 1000 * h["cpu_s"] / s["fires"]) < 1e-3 * max(1.0, h["cpu_ms_per_fire"])
 
     # recompute from fires.parquet
     f = fires.to_pandas()

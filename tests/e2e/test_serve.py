@@ -171,8 +171,8 @@ async def test_a_stuck_claim_loop_turns_ready_503_once_its_heartbeat_is_stale():
         def committed(self, fires, delivered):
             pass
 
-    # one batch in flight: the loop itself blocks when the next batch waits for the stuck one
-    sched = create("memory", StoreContext(), inflight_batches=1)
+    # room for one fire in flight: the loop itself blocks when the next claim waits for the stuck one
+    sched = create("memory", StoreContext(), inflight_batches=1, batch=1)
     await sched.setup()
     node = Node(sched, {"poll": Stuck()}, "w-stuck", stale_after_s=0.3)
     node.start_loop()
