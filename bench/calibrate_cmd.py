@@ -59,3 +59,19 @@ def run_calibration(params: dict, rate: float, out_dir: Path, factor: float, dur
 
     args = workload_args(params, skip=("rate", "duration", "triggers"))
     return run(args, rate, out_dir, lambda line: click.echo(line, nl=False, err=True), factor, duration_s, label)
+
+
+def child_params(run_args: list[str]) -> dict:
+    """The options a child ``bench run`` with ``run_args`` would parse (only parsed: the workload
+    options are what a calibration reuses; a backend's ``--opt`` is not checked against memory)."""
+    from bench.run_cmd import run
+
+    with run.make_context("run", ["--scheduler", "memory", *run_args]) as ctx:
+        return dict(ctx.params)
+
+
+def short_window_s(duration: str | None, longest_s: float = 30.0) -> float:
+    """A calibration's window: the runs' own window, at most ``longest_s``."""
+    from loadgen.rates import parse_duration
+
+    return min(longest_s, parse_duration(duration)) if duration else longest_s

@@ -105,15 +105,11 @@ def step_args_of(workload: str | None, extra: list[str]) -> list[str]:
     return (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if workload is None else ["--workload", workload]) + extra
 
 
-def calibration_at(args: list[str], warmup_s: float, duration: str, longest_s: float = 30.0):
+def calibration_at(args: list[str], warmup_s: float, duration: str):
     """The harness calibration at 3x a rate the search found, as a callable ``(rate, out_dir)``:
     the steps' workload and warm-up, a window of at most 30 s."""
-    from bench.calibrate_cmd import run_calibration
-    from bench.run_cmd import run
-    from loadgen.rates import parse_duration
+    from bench.calibrate_cmd import child_params, run_calibration, short_window_s
 
-    with run.make_context("run", ["--scheduler", "memory", *args]) as ctx:
-        params = dict(ctx.params)
-    params["warmup"] = f"{warmup_s:g}s"
-    window_s = min(longest_s, parse_duration(duration))
+    params = {**child_params(args), "warmup": f"{warmup_s:g}s"}
+    window_s = short_window_s(duration)
     return lambda rate, out: run_calibration(params, rate, out, 3.0, window_s, label="[harness ceiling] ")

@@ -92,20 +92,17 @@ def check_children(runs: list, run_args: list[str], out_dir: Path, files: list[P
         check_leftovers(dsn, any(p["allow_leftovers"] for p in parsed), say=note)
 
 
-def calibration_step(run_args: list[str], out_dir: Path, longest_s: float = 30.0):
+def calibration_step(run_args: list[str], out_dir: Path):
     """The harness calibration of the children's workload, as a callable the comparison runs after
     the backends (None, said, when the workload has no steady rate to calibrate for)."""
-    from bench.calibrate_cmd import calibration_rate, run_calibration
-    from bench.run_cmd import run
+    from bench.calibrate_cmd import calibration_rate, child_params, run_calibration, short_window_s
     from harness.errors import UsageError
-    from loadgen.rates import parse_duration
 
-    with run.make_context("run", ["--scheduler", "memory", *run_args]) as ctx:
-        params = dict(ctx.params)
+    params = child_params(run_args)
     try:
         rate = calibration_rate(params, out_dir)
     except UsageError as exc:
         click.echo(f"note: no harness calibration: {exc}", err=True)
         return None
-    window_s = min(longest_s, parse_duration(params["duration"])) if params.get("duration") else longest_s
+    window_s = short_window_s(params.get("duration"))
     return lambda: run_calibration(params, rate, out_dir, 3.0, window_s, label="[harness ceiling] ")

@@ -107,12 +107,13 @@ class Processor(Protocol):
 
 
 async def outcomes_as_polls_finish(
-    processor: Processor, fires: Sequence[Fire]
+    processor: Processor, fires: Sequence[Fire], per_group: bool = True
 ) -> AsyncIterator[tuple[list[int], Sequence[Outcome]]]:
     """``(positions, outcomes)`` groups of ``fires`` as their polls finish: the processor's
-    ``stream`` when it has one, else one group when ``process`` returns. A design with batch
-    semantics (one commit per claimed batch, as the seeds' pollers) calls ``process`` instead."""
-    stream = getattr(processor, "stream", None)
+    ``stream`` when it has one (and ``per_group``), else one group when ``process`` returns. A
+    design with batch semantics (one commit per claimed batch, as the seeds' pollers) calls
+    ``process`` instead."""
+    stream = getattr(processor, "stream", None) if per_group else None
     if stream is None:
         yield list(range(len(fires))), await processor.process(fires)
         return
@@ -399,9 +400,10 @@ class RunLoop:
 
     A design that commits per fire counts its room in fires instead (``RunLoop(fires_in_flight=
     inflight_batches * batch)``): ``room = take_slot(stop, batch, least=batch // 2)`` before a
-    claim of at most ``room`` rows, ``give_back`` what the claim did not fill, and ``start_stream(process, ..., size=claimed)``, whose ``process``
-    gets a :class:`Held` and gives rows back as their groups commit. A batch's slowest poll then
-    holds back only its own row, not a whole batch's room (head-of-line blocking).
+    claim of at most ``room`` rows, ``give_back`` what the claim did not fill, and
+    ``start_stream(process, ..., size=claimed)``, whose ``process`` gets a :class:`Held` and gives
+    rows back as their groups commit. A batch's slowest poll then holds back only its own row,
+    not a whole batch's room (head-of-line blocking).
 
     Leaving the block normally (``stop`` was set) is a **graceful stop**: in-flight batches
     commit before ``run`` returns. Cancelling ``run`` is a **crash**: in-flight batches are

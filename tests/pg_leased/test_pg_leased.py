@@ -245,7 +245,7 @@ async def test_rows_commit_as_their_polls_finish_and_a_crash_returns_only_the_re
     """Outcomes streamed back per group commit per group (issue 21, head-of-line blocking): the
     fast half of a claim is re-armed while its slow half is still polling, and a crash then
     redelivers only the slow half."""
-    s = await make(pg_dsn, schema, batch=10, inflight_batches=1)
+    s = await make(pg_dsn, schema, batch=10, inflight_batches=1, commit_per_group="always")
     dying = HalfThenHangs(hold=asyncio.Event())
     runner = Runner(s)
     try:
@@ -268,6 +268,27 @@ async def test_rows_commit_as_their_polls_finish_and_a_crash_returns_only_the_re
         await asyncio.sleep(0.5)
         slow = {t.id for t in timers} - fast
         assert heir.ids() & {t.id for t in timers} == slow, "a committed row was delivered again, or a slow one lost"
+    finally:
+        await runner.stop_all()
+        await s.teardown(drop=True)
+
+
+@pytest.mark.parametrize("mode", ["never", "auto"])
+async def test_a_claim_commits_whole_when_its_slowest_poll_ends(pg_dsn, schema, mode):
+    """``commit_per_group=never`` is the seeds' batch, and so is ``auto`` while the run loop's room
+    is mostly free: a streaming processor's fast half waits for the slow half, and nothing of the
+    claim is committed while it polls."""
+    s = await make(pg_dsn, schema, batch=10, commit_per_group=mode)
+    slow = HalfThenHangs(hold=asyncio.Event())
+    runner = Runner(s)
+    try:
+        await s.arm([Timer(f"whole-{i}", time.time() - 0.1) for i in range(10)])
+        runner.start(slow, "w1")
+        assert await wait_until(lambda: slow.in_process > 0, 10.0), "the claim never reached the processor"
+        await asyncio.sleep(0.5)
+        assert slow.streamed == 0 and not slow.delivered, "a group was committed before the claim's slowest poll"
+        slow.hold.set()
+        assert await wait_until(lambda: len(slow.delivered) == 10, 10.0), "the claim was not committed whole"
     finally:
         await runner.stop_all()
         await s.teardown(drop=True)
