@@ -9,7 +9,8 @@ Arms ``--backlog`` due timers (default 60,000) and ``--future`` not-yet-due ones
 and prints rows, milliseconds and WAL per claim (``pg_current_wal_lsn`` deltas: server-wide, so
 run it on a quiet server), or prints ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim with the default
 settings and rolls it back. ``overselect=60`` is seeds/000's over-select at the default
-max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 2.
+max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 1
+(overselect 1; it was 2 when MEASUREMENTS.md's claim table was measured).
 """
 
 from __future__ import annotations

@@ -7,25 +7,14 @@ import time
 import numpy as np
 import pytest
 
-from loadgen import workload as wl
-from loadgen.population import build
-from loadgen.processor import PollingProcessor
-from metrics import rundir
-from metrics.recorder import FireRecorder
-from schedulers.base import Fire, Outcome, RunLoop, outcomes_as_polls_finish
+from schedulers.base import Outcome, RunLoop, outcomes_as_polls_finish
+from tests.unit.test_recording import fires_for
+from tests.unit.test_recording import make as make_processor
 
 
 def make(tmp_path, **fields):
-    w = wl.from_mapping({"rate": "50/s", "interval": "10s..20s", "warmup": "0s", "duration": "60s",
-                         "provider_latency": {"median": "1ms", "p99": "2ms"}, **fields}).resolved()
-    pop = build(w)
-    now = time.time()
-    rec = FireRecorder(tmp_path / rundir.SEGMENTS_DIR, now - 1, now + 60)
-    return pop, rec, PollingProcessor(w, pop, rec)
-
-
-def fires_for(pop, idx, due):
-    return [Fire(pop.ids[i], pop.tenants[i], "poll", d, d - 1, 1, "w0", 0) for i, d in zip(idx, due)]
+    _, pop, rec, proc = make_processor(tmp_path, **fields)
+    return pop, rec, proc
 
 
 def test_stream_hands_groups_back_as_their_polls_finish(tmp_path):
