@@ -6,19 +6,43 @@ from pathlib import Path
 
 import click
 
-from bench.options import overrides, workload_options, workload_args
+from bench.options import overrides, workload_args, workload_options
 
-CALIBRATION_WORKLOAD = ("workload", "rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "warmup",
-                        "seed", "trace", "cadence", "on_time", "drain_limit")
+CALIBRATION_WORKLOAD = (
+    "workload",
+    "rate",
+    "triggers",
+    "interval",
+    "tenants",
+    "tenant_skew",
+    "state_size",
+    "warmup",
+    "seed",
+    "trace",
+    "cadence",
+    "on_time",
+    "drain_limit",
+)
 
 
 @click.command("calibrate")
 @workload_options(*CALIBRATION_WORKLOAD)
-@click.option("--factor", default=3.0, show_default=True, type=click.FloatRange(1.0, 20.0),
-              help="Run the memory scheduler at this multiple of the workload's rate.")
+@click.option(
+    "--factor",
+    default=3.0,
+    show_default=True,
+    type=click.FloatRange(1.0, 20.0),
+    help="Run the memory scheduler at this multiple of the workload's rate.",
+)
 @click.option("--duration", default="30s", show_default=True, help="Measured window of the calibration run.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
-              show_default=True, help="Where the calibration's run directory is written (beside the runs it is for).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where the calibration's run directory is written (beside the runs it is for).",
+)
 def calibrate(workload_spec: str | None, factor: float, duration: str, out_dir: Path, **workload) -> None:
     """Measure the harness's own ceiling on a workload: the memory scheduler (no store) at FACTOR
     times the workload's rate, same shape, a short window.
@@ -49,8 +73,9 @@ def calibration_rate(params: dict, out_dir: Path) -> float:
 
     plan = check_run("memory", params.get("workload_spec"), overrides(params), (), str(out_dir))
     if not plan.workload.rate_per_s:
-        raise UsageError("this workload has no steady rate to calibrate for (a trace of long-horizon timers "
-                         "only?); give --rate")
+        raise UsageError(
+            "this workload has no steady rate to calibrate for (a trace of long-horizon timers only?); give --rate"
+        )
     return float(plan.workload.rate_per_s)
 
 

@@ -12,12 +12,24 @@ from bench.options import owntable_options
 
 @click.command("capture")
 @owntable_options
-@click.option("--map", "mapping", required=True,
-              help="The table's columns: id=COL,tenant=COL,due=COL[,interval=COL][,state=COL].")
-@click.option("--watch", "watch", default="5m", show_default=True,
-              help="How long to watch re-arms (each trigger's interval when there is no interval column).")
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory for trace.csv, workload.yaml and capture.json.")
+@click.option(
+    "--map", "mapping", required=True, help="The table's columns: id=COL,tenant=COL,due=COL[,interval=COL][,state=COL]."
+)
+@click.option(
+    "--watch",
+    "watch",
+    default="5m",
+    show_default=True,
+    help="How long to watch re-arms (each trigger's interval when there is no interval column).",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for trace.csv, workload.yaml and capture.json.",
+)
 def capture(dsn, table, statement_timeout, lock_timeout, mapping, watch, out_dir) -> None:
     """Derive a workload from SCHEMA.TABLE: population, intervals, tenants, state sizes, long
     horizons; ids and tenants hashed. Replay it with `bench compare --workload OUT/workload.yaml`."""
@@ -27,11 +39,14 @@ def capture(dsn, table, statement_timeout, lock_timeout, mapping, watch, out_dir
 
     columns = parse_map(mapping)
     watch_s = parse_duration_option("--watch", watch)
-    guards = guards_from(parse_duration_option("--statement-timeout", statement_timeout),
-                         parse_duration_option("--lock-timeout", lock_timeout))
+    guards = guards_from(
+        parse_duration_option("--statement-timeout", statement_timeout),
+        parse_duration_option("--lock-timeout", lock_timeout),
+    )
     say = lambda m: click.echo(m, err=True)  # noqa: E731
-    result = capture_table(resolve_dsn(dsn, say), table, columns, watch_s=watch_s, out_dir=out_dir, guards=guards,
-                           say=say)
+    result = capture_table(
+        resolve_dsn(dsn, say), table, columns, watch_s=watch_s, out_dir=out_dir, guards=guards, say=say
+    )
     for line in result.lines:
         click.echo(line)
     click.echo(f"capture: {result.trace} {result.workload}")

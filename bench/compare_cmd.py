@@ -11,28 +11,66 @@ from harness.errors import UsageError
 
 
 @click.command("compare", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--schedulers", "schedulers_opt", default=None,
-              help="Comma-separated schedulers (the first is the report's baseline), or 'all' (memory too, last). "
-                   "Default: every registered backend except memory, pg_queue first.")
-@click.option("--tuned-control", is_flag=True,
-              help="Also run pg_queue with pg_leased's autovacuum settings (labelled 'pg_queue, tuned'), so the "
-                   "report separates what the design buys from what tuning buys.")
+@click.option(
+    "--schedulers",
+    "schedulers_opt",
+    default=None,
+    help="Comma-separated schedulers (the first is the report's baseline), or 'all' (memory too, last). "
+    "Default: every registered backend except memory, pg_queue first.",
+)
+@click.option(
+    "--tuned-control",
+    is_flag=True,
+    help="Also run pg_queue with pg_leased's autovacuum settings (labelled 'pg_queue, tuned'), so the "
+    "report separates what the design buys from what tuning buys.",
+)
 @workload_options("workload", "rate", "duration", "warmup")
 @stack_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
-              help="Where the runs' directories are written.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The HTML report (default: <out>/compare-<timestamp>.html).")
-@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the report as Markdown (default: beside the HTML, .md).")
-@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
-              help="After the backends, measure the harness's own ceiling on the workload (`bench calibrate`: the "
-                   "memory scheduler at 3x the rate, a window of at most 30 s), so the report can tell the "
-                   "backends' figures from the harness's.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where the runs' directories are written.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The HTML report (default: <out>/compare-<timestamp>.html).",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the report as Markdown (default: beside the HTML, .md).",
+)
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="After the backends, measure the harness's own ceiling on the workload (`bench calibrate`: the "
+    "memory scheduler at 3x the rate, a window of at most 30 s), so the report can tell the "
+    "backends' figures from the harness's.",
+)
 @click.pass_context
-def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool, workload_spec: str | None, rate: str | None,
-            duration: str | None, warmup: str | None, dsn: str | None, temporal_address: str | None,
-            out_dir: Path, output: Path | None, markdown: Path | None, calibrate: bool) -> None:
+def compare(
+    ctx: click.Context,
+    schedulers_opt: str | None,
+    tuned_control: bool,
+    workload_spec: str | None,
+    rate: str | None,
+    duration: str | None,
+    warmup: str | None,
+    dsn: str | None,
+    temporal_address: str | None,
+    out_dir: Path,
+    output: Path | None,
+    markdown: Path | None,
+    calibrate: bool,
+) -> None:
     """Run every backend (or --schedulers a,b) on one workload in sequence, then write the report.
 
     Any other option (such as --seed, --opt key=value or --temporal-metrics URL) is passed to each
@@ -45,15 +83,28 @@ def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool,
     names = default_schedulers(schedulers_opt)
     runs = plan(names, tuned_control)
     run_args: list[str] = []
-    for flag, value in (("--workload", workload_spec), ("--rate", rate), ("--duration", duration),
-                        ("--warmup", warmup), ("--dsn", dsn), ("--temporal-address", temporal_address)):
+    for flag, value in (
+        ("--workload", workload_spec),
+        ("--rate", rate),
+        ("--duration", duration),
+        ("--warmup", warmup),
+        ("--dsn", dsn),
+        ("--temporal-address", temporal_address),
+    ):
         if value is not None:
             run_args += [flag, value]
     run_args += list(ctx.args)
     check_children(runs, run_args, out_dir, [output, markdown], dsn, temporal_address)
     calibration = calibration_step(run_args, out_dir) if calibrate else None
-    result = run_compare(runs, run_args, out_dir, output, markdown,
-                         echo=lambda line: click.echo(line, nl=False, err=True), calibration=calibration)
+    result = run_compare(
+        runs,
+        run_args,
+        out_dir,
+        output,
+        markdown,
+        echo=lambda line: click.echo(line, nl=False, err=True),
+        calibration=calibration,
+    )
     click.echo(f"report: {result.html}")
     click.echo(f"markdown: {result.markdown}")
     if result.interrupted:
@@ -62,23 +113,33 @@ def compare(ctx: click.Context, schedulers_opt: str | None, tuned_control: bool,
         raise failure_error(result, len(runs))
 
 
-def check_children(runs: list, run_args: list[str], out_dir: Path, files: list[Path | None], dsn: str | None,
-                   temporal_address: str | None, rate_args: list[str] | None = None) -> None:
+def check_children(
+    runs: list,
+    run_args: list[str],
+    out_dir: Path,
+    files: list[Path | None],
+    dsn: str | None,
+    temporal_address: str | None,
+    rate_args: list[str] | None = None,
+) -> None:
     """Before the first child run starts: each child's ``bench run`` arguments (``runs``: scheduler
     names or :class:`harness.compare.PlannedRun`), the report files, the servers every child needs
     (reachable, started if embedded), their faults and leftovers."""
     from bench.run_cmd import check_run_args
     from harness import faults as faults_mod
+    from harness.compare import PlannedRun
     from harness.inputs import check_writable_dir, parse_faults
     from harness.schemas import check_leftovers
     from harness.servers import resolve_servers, scheduler_class
 
-    from harness.compare import PlannedRun
-
     runs = [r if isinstance(r, PlannedRun) else PlannedRun(r) for r in runs]
     names = [r.scheduler for r in runs]
-    parsed = [check_run_args(["--scheduler", r.scheduler, "--out", str(out_dir), *(rate_args or []), *run_args,
-                              *r.extra_args]) for r in runs]
+    parsed = [
+        check_run_args(
+            ["--scheduler", r.scheduler, "--out", str(out_dir), *(rate_args or []), *run_args, *r.extra_args]
+        )
+        for r in runs
+    ]
     for f in files:
         if f is not None:
             if f.is_dir():

@@ -33,8 +33,12 @@ def env_down() -> None:
     click.echo("stopped")
 
 
-_DSN = click.option("--dsn", envvar="TIMERBENCH_DSN", default=None,
-                    help="Postgres connection string (default: the embedded server, if it is running).")
+_DSN = click.option(
+    "--dsn",
+    envvar="TIMERBENCH_DSN",
+    default=None,
+    help="Postgres connection string (default: the embedded server, if it is running).",
+)
 
 
 @env.command("status")
@@ -52,9 +56,14 @@ def env_status(dsn: str | None) -> None:
             from metrics.extensions import extensions
 
             found = extensions(pg.dsn()).values()
-            click.echo("          Postgres " + pg.version() + "; extensions: "
-                       + ", ".join(f"{e.name} {e.version}" if e.usable else f"{e.name} not available ({e.missing})"
-                                   for e in found))
+            click.echo(
+                "          Postgres "
+                + pg.version()
+                + "; extensions: "
+                + ", ".join(
+                    f"{e.name} {e.version}" if e.usable else f"{e.name} not available ({e.missing})" for e in found
+                )
+            )
         click.echo(f"temporal  {tp.address()}  {'running' if tp.running() else 'stopped'}  (db: {tp.db})")
     target = _target_dsn(dsn)
     if target is None:
@@ -64,9 +73,11 @@ def env_status(dsn: str | None) -> None:
 
     found = run_schemas(target)
     left = [s for s in found if s.leftover]
-    click.echo(f"run schemas on {stack.redact_dsn(target)}: {len(left)} left by interrupted runs "
-               f"({human_bytes(sum(s.bytes for s in left))}; a run refuses to start above "
-               f"{human_bytes(LEFTOVER_LIMIT_BYTES)}), {sum(s.kept for s in found)} kept, {sum(s.live for s in found)} live")
+    click.echo(
+        f"run schemas on {stack.redact_dsn(target)}: {len(left)} left by interrupted runs "
+        f"({human_bytes(sum(s.bytes for s in left))}; a run refuses to start above "
+        f"{human_bytes(LEFTOVER_LIMIT_BYTES)}), {sum(s.kept for s in found)} kept, {sum(s.live for s in found)} live"
+    )
     for s in found:
         what = "live run" if s.live else "kept (--keep)" if s.kept else "leftover"
         click.echo(f"  {s.name:<32} {human_bytes(s.bytes):>10}  {what}")
@@ -96,8 +107,11 @@ def env_gc(dsn: str | None, yes: bool, include_kept: bool) -> None:
     total = sum(s.bytes for s in chosen)
     for s in chosen:
         click.echo(f"  {s.name:<32} {human_bytes(s.bytes):>10}{'  kept' if s.kept else ''}")
-    if not yes and not click.confirm(f"drop these {len(chosen)} schema(s) ({human_bytes(total)}) from "
-                                     f"{stack.redact_dsn(target)}?", default=False, err=True):
+    if not yes and not click.confirm(
+        f"drop these {len(chosen)} schema(s) ({human_bytes(total)}) from {stack.redact_dsn(target)}?",
+        default=False,
+        err=True,
+    ):
         click.echo("nothing dropped")
         return
     dropped, live = drop(target, [s.name for s in chosen])

@@ -7,23 +7,43 @@ import click
 
 def stack_options(f):
     """``--dsn`` and ``--temporal-address``: use existing servers instead of the embedded ones."""
-    f = click.option("--temporal-address", envvar="TIMERBENCH_TEMPORAL", default=None,
-                     help="host:port of a Temporal frontend (default: the embedded dev server).")(f)
-    f = click.option("--dsn", envvar="TIMERBENCH_DSN", default=None,
-                     help="Postgres connection string (default: the embedded server).")(f)
+    f = click.option(
+        "--temporal-address",
+        envvar="TIMERBENCH_TEMPORAL",
+        default=None,
+        help="host:port of a Temporal frontend (default: the embedded dev server).",
+    )(f)
+    f = click.option(
+        "--dsn",
+        envvar="TIMERBENCH_DSN",
+        default=None,
+        help="Postgres connection string (default: the embedded server).",
+    )(f)
     return f
 
 
 def owntable_options(f):
     """``--dsn``, ``--table`` and the read-only safeguards of ``bench inspect`` and ``bench capture``."""
-    f = click.option("--lock-timeout", default="1s", show_default=True,
-                     help="lock_timeout of every statement: the longest wait for a lock.")(f)
-    f = click.option("--statement-timeout", default="5s", show_default=True,
-                     help="statement_timeout of every statement (one statement per transaction, so also the "
-                          "longest any lock is held).")(f)
+    f = click.option(
+        "--lock-timeout",
+        default="1s",
+        show_default=True,
+        help="lock_timeout of every statement: the longest wait for a lock.",
+    )(f)
+    f = click.option(
+        "--statement-timeout",
+        default="5s",
+        show_default=True,
+        help="statement_timeout of every statement (one statement per transaction, so also the "
+        "longest any lock is held).",
+    )(f)
     f = click.option("--table", required=True, help="SCHEMA.TABLE, as SQL would name it (quote mixed case).")(f)
-    f = click.option("--dsn", envvar="TIMERBENCH_DSN", default=None,
-                     help="Postgres connection string of the table's database (default: the embedded server).")(f)
+    f = click.option(
+        "--dsn",
+        envvar="TIMERBENCH_DSN",
+        default=None,
+        help="Postgres connection string of the table's database (default: the embedded server).",
+    )(f)
     return f
 
 
@@ -39,12 +59,21 @@ _WORKLOAD = {
     "warmup": ("--warmup", "Warm-up before the measured window, e.g. 60s."),
     "seed": ("--seed", "Random seed of the population and the provider."),
     "trace": ("--trace", "CSV to replay: trigger_id,tenant_id,interval_s,first_fire_s."),
-    "cadence": ("--cadence", "fixed (next due = previous due + interval: open loop, the default) or after-poll "
-                             "(next due = poll end + interval: closed loop, as the seeds' system re-armed)."),
-    "on_time": ("--on-time", "A delivered fire with lag up to this is on time, later is late; one bound for every "
-                             "backend (default 10s, seeds/003's polling MaxLag)."),
-    "drain_limit": ("--drain-limit", "After the window, wait at most this long for every fire due in it (default 3m); "
-                                     "what is still undelivered then is pending (still held) or lost."),
+    "cadence": (
+        "--cadence",
+        "fixed (next due = previous due + interval: open loop, the default) or after-poll "
+        "(next due = poll end + interval: closed loop, as the seeds' system re-armed).",
+    ),
+    "on_time": (
+        "--on-time",
+        "A delivered fire with lag up to this is on time, later is late; one bound for every "
+        "backend (default 10s, seeds/003's polling MaxLag).",
+    ),
+    "drain_limit": (
+        "--drain-limit",
+        "After the window, wait at most this long for every fire due in it (default 3m); "
+        "what is still undelivered then is pending (still held) or lost.",
+    ),
 }
 
 

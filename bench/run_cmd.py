@@ -13,40 +13,103 @@ from harness.errors import UsageError
 
 @click.command("run")
 @click.option("--scheduler", "scheduler_name", required=True, help="A registered scheduler (see `bench schedulers`).")
-@workload_options("workload", "rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration",
-                  "warmup", "seed", "trace", "cadence", "on_time", "drain_limit")
+@workload_options(
+    "workload",
+    "rate",
+    "triggers",
+    "interval",
+    "tenants",
+    "tenant_skew",
+    "state_size",
+    "duration",
+    "warmup",
+    "seed",
+    "trace",
+    "cadence",
+    "on_time",
+    "drain_limit",
+)
 @click.option("--opt", "opts", multiple=True, help="Scheduler option key=value (repeatable).")
 @click.option("--keep", is_flag=True, help="Keep the run's schema instead of dropping it (`bench env gc` leaves it).")
 @click.option("--out", default="runs", show_default=True, help="Parent directory of run directories.")
-@click.option("--fault", "faults", multiple=True,
-              help="Inject a fault (repeatable): kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, "
-                   "restart-temporal@60s, hold-snapshot@10s:120s, slow-provider@30s:60s:5s (see harness/faults.py).")
-@click.option("--nodes", type=int, default=None,
-              help="Run the claim loops in N `bench serve` processes on one store (see harness/workers.py).")
-@click.option("--arm-load", default=None,
-              help="Arm this many extra timers/s through PUT /timers with locust beside the run, e.g. 200/s "
-                   "(implies --nodes 1 at least).")
-@click.option("--allow-leftovers", is_flag=True,
-              help="Start even though schemas left by interrupted runs hold more than 1 GiB on the server "
-                   "(see `bench env status`).")
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    help="Inject a fault (repeatable): kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s, "
+    "restart-temporal@60s, hold-snapshot@10s:120s, slow-provider@30s:60s:5s (see harness/faults.py).",
+)
+@click.option(
+    "--nodes",
+    type=int,
+    default=None,
+    help="Run the claim loops in N `bench serve` processes on one store (see harness/workers.py).",
+)
+@click.option(
+    "--arm-load",
+    default=None,
+    help="Arm this many extra timers/s through PUT /timers with locust beside the run, e.g. 200/s "
+    "(implies --nodes 1 at least).",
+)
+@click.option(
+    "--allow-leftovers",
+    is_flag=True,
+    help="Start even though schemas left by interrupted runs hold more than 1 GiB on the server "
+    "(see `bench env status`).",
+)
 @click.option("--label", default=None, help="The run's name in reports (default: the scheduler's name).")
-@click.option("--sample-every", "sample_every", default=None,
-              help="Sampling period, e.g. 1s (the default); 0 samples only at the measured window's edges.")
-@click.option("--checkpoint", "checkpoint", type=click.Choice(["window", "warmup", "off"]), default="window",
-              show_default=True,
-              help="When the run forces a CHECKPOINT: a few seconds before the measured window (every design then "
-                   "pays the full-page image of each page it touches in the window), at the start of the warm-up "
-                   "(at high rates the forced flush of a large dirty cache stalls the server; the warm-up absorbs "
-                   "it), or never.")
-@click.option("--calibrates", "calibrates", type=float, default=None, hidden=True,
-              help="Mark this memory run as the harness calibration for runs at this rate (set by `bench calibrate`).")
-@click.option("--temporal-metrics", envvar="TIMERBENCH_TEMPORAL_METRICS", default=None,
-              help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
-                   "(default: the embedded dev server's).")
+@click.option(
+    "--sample-every",
+    "sample_every",
+    default=None,
+    help="Sampling period, e.g. 1s (the default); 0 samples only at the measured window's edges.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint",
+    type=click.Choice(["window", "warmup", "off"]),
+    default="window",
+    show_default=True,
+    help="When the run forces a CHECKPOINT: a few seconds before the measured window (every design then "
+    "pays the full-page image of each page it touches in the window), at the start of the warm-up "
+    "(at high rates the forced flush of a large dirty cache stalls the server; the warm-up absorbs "
+    "it), or never.",
+)
+@click.option(
+    "--calibrates",
+    "calibrates",
+    type=float,
+    default=None,
+    hidden=True,
+    help="Mark this memory run as the harness calibration for runs at this rate (set by `bench calibrate`).",
+)
+@click.option(
+    "--temporal-metrics",
+    envvar="TIMERBENCH_TEMPORAL_METRICS",
+    default=None,
+    help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
+    "(default: the embedded dev server's).",
+)
 @stack_options
-def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, faults=(), nodes=None,
-        arm_load=None, allow_leftovers=False, label=None, sample_every=None, temporal_metrics=None,
-        checkpoint="window", calibrates=None, **workload) -> None:
+def run(
+    scheduler_name,
+    workload_spec,
+    opts,
+    keep,
+    out,
+    dsn,
+    temporal_address,
+    faults=(),
+    nodes=None,
+    arm_load=None,
+    allow_leftovers=False,
+    label=None,
+    sample_every=None,
+    temporal_metrics=None,
+    checkpoint="window",
+    calibrates=None,
+    **workload,
+) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
     from harness import faults as faults_mod
     from harness.inputs import check_run, parse_sample_every, parse_url_option
@@ -57,8 +120,10 @@ def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, f
     # every input first (nothing is created or touched before they are all good), then the servers
     plan = check_run(scheduler_name, workload_spec, overrides(workload), opts, out, faults, nodes, arm_load)
     if calibrates is not None and (plan.cls.name != "memory" or calibrates <= 0):
-        raise UsageError("--calibrates marks a memory run as the harness calibration for a positive rate; "
-                         "use `bench calibrate` to make one")
+        raise UsageError(
+            "--calibrates marks a memory run as the harness calibration for a positive rate; "
+            "use `bench calibrate` to make one"
+        )
     sample_every_s = parse_sample_every(sample_every)
     if temporal_metrics is not None:
         temporal_metrics = parse_url_option("--temporal-metrics", temporal_metrics)
@@ -67,10 +132,24 @@ def run(scheduler_name, workload_spec, opts, keep, out, dsn, temporal_address, f
     faults_mod.check(plan.fault_specs, dsn=dsn, temporal_address=address, nodes=plan.nodes)
     if dsn:
         check_leftovers(dsn, allow_leftovers, say=note)
-    session = RunSession(plan.cls, plan.options, plan.workload, dsn, address, plan.out, keep, list(sys.argv),
-                         nodes=plan.nodes, arm_load_per_s=plan.arm_load_per_s, fault_specs=plan.fault_specs,
-                         label=label, sample_every_s=sample_every_s, temporal_metrics=temporal_metrics,
-                         checkpoint=checkpoint, calibrates=calibrates)
+    session = RunSession(
+        plan.cls,
+        plan.options,
+        plan.workload,
+        dsn,
+        address,
+        plan.out,
+        keep,
+        list(sys.argv),
+        nodes=plan.nodes,
+        arm_load_per_s=plan.arm_load_per_s,
+        fault_specs=plan.fault_specs,
+        label=label,
+        sample_every_s=sample_every_s,
+        temporal_metrics=temporal_metrics,
+        checkpoint=checkpoint,
+        calibrates=calibrates,
+    )
     code = asyncio.run(session.main())
     if code:
         sys.exit(code)
@@ -84,6 +163,14 @@ def check_run_args(args: list[str]) -> dict:
 
     with run.make_context("run", list(args)) as ctx:
         p = dict(ctx.params)
-    check_run(p["scheduler_name"], p["workload_spec"], overrides(p), p["opts"], p["out"], p["faults"], p["nodes"],
-              p["arm_load"])
+    check_run(
+        p["scheduler_name"],
+        p["workload_spec"],
+        overrides(p),
+        p["opts"],
+        p["out"],
+        p["faults"],
+        p["nodes"],
+        p["arm_load"],
+    )
     return p

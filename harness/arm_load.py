@@ -11,8 +11,9 @@ import json
 import math
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from metrics import rundir
 
@@ -22,8 +23,14 @@ LOCUST_USERS = 4
 
 
 class ArmLoad:
-    def __init__(self, run_dir: Path, rate_per_s: float, env: dict[str, str], say: Callable[[str], None],
-                 users: int = LOCUST_USERS) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        rate_per_s: float,
+        env: dict[str, str],
+        say: Callable[[str], None],
+        users: int = LOCUST_USERS,
+    ) -> None:
         self.run_dir = run_dir
         self.rate_per_s = rate_per_s
         self.env = env
@@ -35,18 +42,43 @@ class ArmLoad:
         from loadgen import population
 
         locustfile = Path(population.__file__).parent / "locustfile.py"
-        argv = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-H", url,
-                "--csv", str(self.run_dir / rundir.LOCUST_CSV_PREFIX), "-u", str(self.users), "-r", str(self.users),
-                "-t", f"{max(1, int(math.ceil(run_time_s)))}s", "--only-summary", "--stop-timeout", "2",
-                "--arm-rate", f"{self.rate_per_s:g}", "--arm-batch", str(ARM_LOAD_BATCH),
-                "--arm-summary", str(self.run_dir / rundir.LOCUST_SUMMARY)]
+        argv = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(locustfile),
+            "--headless",
+            "-H",
+            url,
+            "--csv",
+            str(self.run_dir / rundir.LOCUST_CSV_PREFIX),
+            "-u",
+            str(self.users),
+            "-r",
+            str(self.users),
+            "-t",
+            f"{max(1, int(math.ceil(run_time_s)))}s",
+            "--only-summary",
+            "--stop-timeout",
+            "2",
+            "--arm-rate",
+            f"{self.rate_per_s:g}",
+            "--arm-batch",
+            str(ARM_LOAD_BATCH),
+            "--arm-summary",
+            str(self.run_dir / rundir.LOCUST_SUMMARY),
+        ]
         env = dict(self.env)
         env.pop("TIMERBENCH_DSN", None)  # locust talks HTTP only
         with open(self.run_dir / rundir.LOCUST_LOG, "ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                                                             env=env, start_new_session=True)
-        self.say(f"locust: arming {self.rate_per_s:g} timers/s through {url}/timers "
-                 f"({self.users} users, pid {self.proc.pid})")
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.say(
+            f"locust: arming {self.rate_per_s:g} timers/s through {url}/timers "
+            f"({self.users} users, pid {self.proc.pid})"
+        )
 
     async def stop(self) -> None:
         """Idempotent; locust usually ends by itself (its -t), else SIGTERM (it writes its CSVs)."""
@@ -55,11 +87,11 @@ class ArmLoad:
             return
         try:
             await asyncio.wait_for(asyncio.shield(p.wait()), 1.0)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             p.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(p.wait(), LOCUST_STOP_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 p.kill()
                 await p.wait()
 
@@ -73,22 +105,28 @@ class ArmLoad:
             warnings.append(f"locust: {arm['error']}")
         else:
             rate = "-" if arm["timers_per_s"] is None else f"{arm['timers_per_s']:,.0f}"
-            self.say(f"arm load (locust): {arm['timers_armed']:,} timers in {arm['requests']:,} "
-                     f"PUT /timers, {rate}/s against {self.rate_per_s:g}/s, p99 {arm['p99_ms']} ms")
+            self.say(
+                f"arm load (locust): {arm['timers_armed']:,} timers in {arm['requests']:,} "
+                f"PUT /timers, {rate}/s against {self.rate_per_s:g}/s, p99 {arm['p99_ms']} ms"
+            )
         return arm, warnings
 
 
 def locust_summary(run_dir: Path, target_rate: float | None, batch: int) -> dict[str, Any]:
     """What locust armed: its exit totals (``locust_summary.json``), and where its CSVs are."""
-    out: dict[str, Any] = {"target_timers_per_s": target_rate, "batch": batch,
-                           "csv_files": sorted(p.name for p in run_dir.glob(f"{rundir.LOCUST_CSV_PREFIX}_*.csv"))}
+    out: dict[str, Any] = {
+        "target_timers_per_s": target_rate,
+        "batch": batch,
+        "csv_files": sorted(p.name for p in run_dir.glob(f"{rundir.LOCUST_CSV_PREFIX}_*.csv")),
+    }
     path = run_dir / rundir.LOCUST_SUMMARY
     if not path.exists():
         out["error"] = f"locust wrote no {rundir.LOCUST_SUMMARY} (see {rundir.LOCUST_LOG})"
         return out
     data = json.loads(path.read_text())
-    out.update({k: data.get(k) for k in ("requests", "failures", "timers_armed", "elapsed_s", "median_ms",
-                                         "p99_ms", "max_ms")})
+    out.update(
+        {k: data.get(k) for k in ("requests", "failures", "timers_armed", "elapsed_s", "median_ms", "p99_ms", "max_ms")}
+    )
     elapsed = data.get("elapsed_s") or 0.0
     out["timers_per_s"] = data["timers_armed"] / elapsed if elapsed > 0 else None
     return out

@@ -12,8 +12,8 @@ harness's ceiling and any backend figure above a third of it may be the harness'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from harness.child import ChildRun, bench_run
 
@@ -25,12 +25,32 @@ LABEL = "harness ceiling"
 def calibration_args(rate_per_s: float, factor: float, duration_s: float) -> list[str]:
     """The ``bench run --scheduler memory`` arguments of a calibration for runs at ``rate_per_s``
     (after the workload's own arguments: the later flag wins)."""
-    return ["--rate", f"{rate_per_s * factor:g}/s", "--duration", f"{duration_s:g}s",
-            "--calibrates", f"{rate_per_s:g}", "--label", LABEL]
+    return [
+        "--rate",
+        f"{rate_per_s * factor:g}/s",
+        "--duration",
+        f"{duration_s:g}s",
+        "--calibrates",
+        f"{rate_per_s:g}",
+        "--label",
+        LABEL,
+    ]
 
 
-def calibrate(workload_args: list[str], rate_per_s: float, out_dir: Path, echo: Callable[[str], None],
-              factor: float = FACTOR, duration_s: float = DURATION_S, label: str = "") -> ChildRun:
+def calibrate(
+    workload_args: list[str],
+    rate_per_s: float,
+    out_dir: Path,
+    echo: Callable[[str], None],
+    factor: float = FACTOR,
+    duration_s: float = DURATION_S,
+    label: str = "",
+) -> ChildRun:
     """Run the calibration as a child ``bench run`` (its own process, like every compared run)."""
-    return bench_run("memory", out_dir, workload_args + calibration_args(rate_per_s, factor, duration_s), echo,
-                     label=label or "[harness ceiling] ")
+    return bench_run(
+        "memory",
+        out_dir,
+        workload_args + calibration_args(rate_per_s, factor, duration_s),
+        echo,
+        label=label or "[harness ceiling] ",
+    )

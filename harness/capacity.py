@@ -11,9 +11,10 @@ steps (``bench report`` of the directory) has a capacity section (:mod:`reports.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,11 @@ class CapacityResult:
 
 
 def step_args(plan: CapacityPlan) -> list[str]:
-    workload = ["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None else ["--workload", plan.workload]
+    workload = (
+        ["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS]
+        if plan.workload is None
+        else ["--workload", plan.workload]
+    )
     args = [*workload, "--duration", plan.duration]
     for flag, value in (("--dsn", plan.dsn), ("--temporal-address", plan.temporal_address)):
         if value is not None:
@@ -89,8 +94,10 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
         records_end = float(np.nanmax(f["fired_at"].to_numpy(float))) if f["fired_at"].notna().any() else end
         trend = lag_trend(due_eff, lag, start, end, bound, records_end=max(records_end, end))
     figures = {
-        "offered": s.get("offered_rate"), "achieved": s.get("achieved_rate"),
-        "p99_ms": (s.get("lag_ms") or {}).get("p99"), "lost": (s.get("outcomes") or {}).get("lost"),
+        "offered": s.get("offered_rate"),
+        "achieved": s.get("achieved_rate"),
+        "p99_ms": (s.get("lag_ms") or {}).get("p99"),
+        "lost": (s.get("outcomes") or {}).get("lost"),
         "writes_per_fire": (s.get("per_fire") or {}).get("row_writes"),
         "wal_bytes_per_fire": (s.get("per_fire") or {}).get("wal_bytes"),
         "checks": [[t, m, ok] for t, m, ok in verdict.checks],
@@ -103,8 +110,14 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
     if failed:
         return False, "; ".join(failed), figures
     if trend is not None and trend.rising:
-        return False, (f"lag trending upward: +{trend.climb_s:.2f} s over the window (± {trend.stderr_climb_s:.2f}), "
-                       f"more than {trend.limit_s:.2f} s: a backlog building"), figures
+        return (
+            False,
+            (
+                f"lag trending upward: +{trend.climb_s:.2f} s over the window (± {trend.stderr_climb_s:.2f}), "
+                f"more than {trend.limit_s:.2f} s: a backlog building"
+            ),
+            figures,
+        )
     return True, None, figures
 
 
@@ -127,12 +140,20 @@ def _lag_bound_s(verdict, run) -> float:
 
 def harness_ceiling(child, rate: float) -> dict[str, Any]:
     """What the calibration after a search says: did the harness alone hold 3x the rate found?"""
-    out: dict[str, Any] = {"for_rate": rate, "run_dir": str(child.run_dir) if child.run_dir else None,
-                           "exit_code": child.exit_code, "interrupted": child.interrupted}
+    out: dict[str, Any] = {
+        "for_rate": rate,
+        "run_dir": str(child.run_dir) if child.run_dir else None,
+        "exit_code": child.exit_code,
+        "interrupted": child.interrupted,
+    }
     if child.run_dir is not None and (child.run_dir / rundir.SUMMARY).exists():
         s = rundir.read_summary(child.run_dir)
-        out.update(offered=s.get("offered_rate"), achieved=s.get("achieved_rate"), held=s.get("rate_held"),
-                   cores=(s.get("harness") or {}).get("cores"))
+        out.update(
+            offered=s.get("offered_rate"),
+            achieved=s.get("achieved_rate"),
+            held=s.get("rate_held"),
+            cores=(s.get("harness") or {}).get("cores"),
+        )
     return out
 
 
@@ -151,17 +172,28 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     args = step_args(plan)
     search = plan.search
     data: dict[str, Any] = {
-        "started_at": started, "finished_at": None, "complete": False,
+        "started_at": started,
+        "finished_at": None,
+        "complete": False,
         "command": ["bench", *redact_argv(plan.command)],
         "scheduler": plan.scheduler,
         "slo": plan.slo or "lag p99 within the design's declared bound, 0 lost, Jain's index >= 0.9 across tenants",
-        "rule": (f"a step is sustained when its run completed and was correct, held its rate (achieved >= "
-                 f"{100 * RATE_HELD_SHARE:.0f}% of offered, offered >= {100 * RATE_HELD_SHARE:.0f}% of target), met the SLO, "
-                 "and its lag did not trend upward across the window (harness/capacity_rule.py); exponential probe, "
-                 "bisection to the precision, then a confirmation rerun at the rate found"),
-        "duration": plan.duration, "warmup_s": warmup_s,
-        "workload": {"args": (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
-                              else ["--workload", plan.workload]) + list(plan.extra_args)},
+        "rule": (
+            f"a step is sustained when its run completed and was correct, held its rate (achieved >= "
+            f"{100 * RATE_HELD_SHARE:.0f}% of offered, offered >= {100 * RATE_HELD_SHARE:.0f}% of target), met the SLO, "
+            "and its lag did not trend upward across the window (harness/capacity_rule.py); exponential probe, "
+            "bisection to the precision, then a confirmation rerun at the rate found"
+        ),
+        "duration": plan.duration,
+        "warmup_s": warmup_s,
+        "workload": {
+            "args": (
+                ["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS]
+                if plan.workload is None
+                else ["--workload", plan.workload]
+            )
+            + list(plan.extra_args)
+        },
         "run_args": redact_argv(args),
         "pgbench": None,
         "search": search.to_json(),
@@ -169,7 +201,9 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     }
     path = out / CAPACITY_JSON
     rundir.write_json(path, data)
-    echo(f"capacity {out}: {plan.scheduler}, SLO {data['slo']}; {plan.duration} measured + {warmup_s:g}s warm-up per step\n")
+    echo(
+        f"capacity {out}: {plan.scheduler}, SLO {data['slo']}; {plan.duration} measured + {warmup_s:g}s warm-up per step\n"
+    )
     data["pgbench"] = pgbench_ceiling(plan.pgbench, plan.dsn, plan.pgbench_s, out, echo)
     rundir.write_json(path, data)
 
@@ -179,12 +213,21 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     while (nxt := search.next_rate()) is not None:
         rate, confirm = nxt
         label = f"{plan.scheduler} at {rate:g}/s" + (" (confirmation)" if confirm else "") + ": "
-        child = bench_run(plan.scheduler, out, ["--rate", f"{rate:g}/s", "--warmup", f"{warmup_s:g}s", *args], echo, label=label)
+        child = bench_run(
+            plan.scheduler, out, ["--rate", f"{rate:g}/s", "--warmup", f"{warmup_s:g}s", *args], echo, label=label
+        )
         if child.run_dir is not None:
             run_dirs.append(str(child.run_dir))
         if child.exit_code not in (0, rundir.EXIT_INCORRECT):
-            failures.append(FailedRun(plan.scheduler, child.command, child.exit_code, "\n".join(child.tail),
-                                      str(child.run_dir) if child.run_dir else None))
+            failures.append(
+                FailedRun(
+                    plan.scheduler,
+                    child.command,
+                    child.exit_code,
+                    "\n".join(child.tail),
+                    str(child.run_dir) if child.run_dir else None,
+                )
+            )
         if child.interrupted:
             interrupted = True
             break

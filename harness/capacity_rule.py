@@ -44,8 +44,9 @@ class Trend:
         return asdict(self)
 
 
-def lag_trend(due_eff: np.ndarray, lag_s: np.ndarray, start: float, end: float, bound_s: float,
-              records_end: float | None = None) -> Trend:
+def lag_trend(
+    due_eff: np.ndarray, lag_s: np.ndarray, start: float, end: float, bound_s: float, records_end: float | None = None
+) -> Trend:
     """The trend of the lag over ``[start, end)`` of due time. ``lag_s`` is NaN or inf for a
     fire never delivered: it counts as ``records_end - due`` (a lower bound of its lag)."""
     limit = max(TREND_MIN_S, TREND_SHARE * bound_s)
@@ -68,7 +69,7 @@ def lag_trend(due_eff: np.ndarray, lag_s: np.ndarray, start: float, end: float, 
     slope, intercept = np.polyfit(x, med, 1)
     resid = med - (slope * x + intercept)
     sxx = float(((x - x.mean()) ** 2).sum())
-    se = math.sqrt(float((resid ** 2).sum()) / max(1, len(x) - 2) / sxx) if sxx > 0 else math.inf
+    se = math.sqrt(float((resid**2).sum()) / max(1, len(x) - 2) / sxx) if sxx > 0 else math.inf
     window = end - start
     climb, se_climb = float(slope * window), float(se * window)
     rising = climb > limit and climb > 2 * se_climb
@@ -140,9 +141,12 @@ class Search:
             return None
         lo, hi = self.lo, self.hi
         if self.result is not None:  # a confirmation is only asked for when the search is done
-            self.stop_reason = ("confirmed at the highest rate asked for (--max-rate): the capacity is higher"
-                                if hi is None else f"confirmed; the bracket {lo:g}-{hi:g}/s is as narrow as it gets "
-                                f"(--precision {100 * self.precision:g}%)")
+            self.stop_reason = (
+                "confirmed at the highest rate asked for (--max-rate): the capacity is higher"
+                if hi is None
+                else f"confirmed; the bracket {lo:g}-{hi:g}/s is as narrow as it gets "
+                f"(--precision {100 * self.precision:g}%)"
+            )
             return None
         if len(self.steps) >= self.max_steps:
             self.stop_reason = f"stopped after {self.max_steps} runs (--max-steps) with the bracket so far"
@@ -169,8 +173,14 @@ class Search:
         self._confirming = rate if confirm else None
         return rate, confirm
 
-    def record(self, rate: float, held: bool, why: str | None = None, run_dir: str | None = None,
-               figures: dict[str, Any] | None = None) -> Step:
+    def record(
+        self,
+        rate: float,
+        held: bool,
+        why: str | None = None,
+        run_dir: str | None = None,
+        figures: dict[str, Any] | None = None,
+    ) -> Step:
         step = Step(rate, held, why, confirmation=self._confirming == rate, run_dir=run_dir, figures=figures or {})
         self.steps.append(step)
         self._confirming = None
@@ -182,7 +192,11 @@ class Search:
             "held_below": self.lo,
             "failed_at": self.hi,
             "stop_reason": self.stop_reason,
-            "start": self.start, "factor": self.factor, "precision": self.precision,
-            "min_rate": self.min_rate, "max_rate": self.max_rate, "max_steps": self.max_steps,
+            "start": self.start,
+            "factor": self.factor,
+            "precision": self.precision,
+            "min_rate": self.min_rate,
+            "max_rate": self.max_rate,
+            "max_steps": self.max_steps,
             "steps": [asdict(s) for s in self.steps],
         }

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import UsageError
 from harness.owntable import DUE_CATEGORIES, column, open_table, timeouts_as_errors
@@ -55,20 +56,32 @@ def parse_map(text: str) -> dict[str, str]:
     return out
 
 
-def capture_table(dsn: str, table: str, mapping: dict[str, str], *, watch_s: float, out_dir: Path,
-                  guards: owntable.Safeguards, say: Callable[[str], None]) -> Capture:
+def capture_table(
+    dsn: str,
+    table: str,
+    mapping: dict[str, str],
+    *,
+    watch_s: float,
+    out_dir: Path,
+    guards: owntable.Safeguards,
+    say: Callable[[str], None],
+) -> Capture:
     from harness.stack import redact_dsn
     from loadgen import capture as cap
 
     if watch_s <= 0 and "interval" not in mapping:
-        raise UsageError("without an interval column capture learns intervals from re-arms: give --watch "
-                         "(e.g. 5m, longer than most intervals) or --map interval=COL")
+        raise UsageError(
+            "without an interval column capture learns intervals from re-arms: give --watch "
+            "(e.g. 5m, longer than most intervals) or --map interval=COL"
+        )
     opened = open_table(dsn, table, guards, application_name="timerbench capture")
     reader, ref = opened.reader, opened.ref
     try:
         if not ref.can_select:
-            raise UsageError(f"role {opened.session['role']} may not SELECT from {ref.qualified}; "
-                             f"GRANT SELECT ON {ref.qualified} TO {opened.session['role']}")
+            raise UsageError(
+                f"role {opened.session['role']} may not SELECT from {ref.qualified}; "
+                f"GRANT SELECT ON {ref.qualified} TO {opened.session['role']}"
+            )
         with timeouts_as_errors(guards, ref.qualified):
             cols = _columns(reader.columns(ref), mapping, ref.qualified)
             key = secrets.token_hex(16)  # the hashes' key: random, never written, gone with this process
@@ -83,19 +96,30 @@ def capture_table(dsn: str, table: str, mapping: dict[str, str], *, watch_s: flo
         captured = cap.derive(rows, tracker, watch_s)
     except ValueError as exc:
         raise UsageError(f"{ref.qualified}: {exc}") from None
-    header = [f"captured by `bench capture` from {ref.qualified} on {redact_dsn(dsn)}, "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
-              f"columns: {', '.join(f'{k}={v}' for k, v in mapping.items())}; ids and tenants are keyed hashes",
-              f"{captured.stats['triggers']:,} triggers, {captured.stats['rate_per_s']:,.2f} fires/s at steady state; "
-              + cap.rate_note(captured.stats),
-              "replay: bench compare --workload THIS_FILE (or --trace trace.csv with your own workload)"]
+    header = [
+        f"captured by `bench capture` from {ref.qualified} on {redact_dsn(dsn)}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+        f"columns: {', '.join(f'{k}={v}' for k, v in mapping.items())}; ids and tenants are keyed hashes",
+        f"{captured.stats['triggers']:,} triggers, {captured.stats['rate_per_s']:,.2f} fires/s at steady state; "
+        + cap.rate_note(captured.stats),
+        "replay: bench compare --workload THIS_FILE (or --trace trace.csv with your own workload)",
+    ]
     trace_path, yaml_path = cap.write(out_dir, captured, header, name=f"capture-{ref.name}")
-    record = {"tool": "bench capture", "table": ref.qualified, "dsn": redact_dsn(dsn), "map": mapping,
-              "safeguards": {"default_transaction_read_only": opened.session["default_transaction_read_only"],
-                             "statement_timeout_ms": guards.statement_timeout_ms,
-                             "lock_timeout_ms": guards.lock_timeout_ms, "verified": True},
-              "watch_requested_s": watch_s, **captured.stats,
-              "skipped": [owntable.as_json(s) for s in reader.skipped]}
+    record = {
+        "tool": "bench capture",
+        "table": ref.qualified,
+        "dsn": redact_dsn(dsn),
+        "map": mapping,
+        "safeguards": {
+            "default_transaction_read_only": opened.session["default_transaction_read_only"],
+            "statement_timeout_ms": guards.statement_timeout_ms,
+            "lock_timeout_ms": guards.lock_timeout_ms,
+            "verified": True,
+        },
+        "watch_requested_s": watch_s,
+        **captured.stats,
+        "skipped": [owntable.as_json(s) for s in reader.skipped],
+    }
     (out_dir / cap.CAPTURE_JSON).write_text(json.dumps(record, indent=2) + "\n")
     return Capture(out_dir, trace_path, yaml_path, captured.stats, _lines(ref.qualified, captured.stats))
 
@@ -105,12 +129,20 @@ def _columns(columns: list[dict[str, Any]], mapping: dict[str, str], table: str)
         if k in mapping:
             column(columns, mapping[k], f"--map {k}", {}, table)
     due = column(columns, mapping["due"], "--map due", DUE_CATEGORIES, table)
-    interval = column(columns, mapping["interval"], "--map interval", INTERVAL_CATEGORIES, table) \
-        if "interval" in mapping else None
-    return owntable.CaptureColumns(id=mapping["id"], tenant=mapping["tenant"], due=mapping["due"],
-                                   due_category=due["category"], interval=mapping.get("interval"),
-                                   interval_category=interval["category"] if interval else None,
-                                   state=mapping.get("state"))
+    interval = (
+        column(columns, mapping["interval"], "--map interval", INTERVAL_CATEGORIES, table)
+        if "interval" in mapping
+        else None
+    )
+    return owntable.CaptureColumns(
+        id=mapping["id"],
+        tenant=mapping["tenant"],
+        due=mapping["due"],
+        due_category=due["category"],
+        interval=mapping.get("interval"),
+        interval_category=interval["category"] if interval else None,
+        state=mapping.get("state"),
+    )
 
 
 def _watch(reader, ref, cols, key: str, tracker, watch_s: float, say) -> None:
@@ -134,16 +166,20 @@ def _lines(table: str, s: dict[str, Any]) -> list[str]:
     from reports import fmt
 
     iv = s["interval_s"] or {}
-    out = [f"{table}: {s['triggers']:,} triggers, {s['rate_per_s']:,.2f} fires/s at steady state ({rate_note(s)})",
-           f"  intervals: p5 {fmt.num(iv.get('p5'))} s, median {fmt.num(iv.get('p50'))} s, p95 {fmt.num(iv.get('p95'))} s "
-           f"(sources: {', '.join(f'{k} {v:,}' for k, v in s['interval_sources'].items())})",
-           f"  tenants: {s['tenants']:,} (largest {fmt.pct(s['largest_tenant_share'])}, Zipf exponent {s['tenant_skew']:g}); "
-           f"long-horizon share {fmt.pct(s['long_horizon_share'])}; overdue at capture {s['overdue_at_capture']:,}"]
+    out = [
+        f"{table}: {s['triggers']:,} triggers, {s['rate_per_s']:,.2f} fires/s at steady state ({rate_note(s)})",
+        f"  intervals: p5 {fmt.num(iv.get('p5'))} s, median {fmt.num(iv.get('p50'))} s, p95 {fmt.num(iv.get('p95'))} s "
+        f"(sources: {', '.join(f'{k} {v:,}' for k, v in s['interval_sources'].items())})",
+        f"  tenants: {s['tenants']:,} (largest {fmt.pct(s['largest_tenant_share'])}, Zipf exponent {s['tenant_skew']:g}); "
+        f"long-horizon share {fmt.pct(s['long_horizon_share'])}; overdue at capture {s['overdue_at_capture']:,}",
+    ]
     if s.get("state_bytes"):
         st = s["state_bytes"]
         out.append(f"  state size (pg_column_size): median {fmt.num(st['p50'])} B, p95 {fmt.num(st['p95'])} B")
     if s.get("watch"):
         w = s["watch"]
-        out.append(f"  watch: {fmt.num(w['window_s'])} s, {w['polls']} samples, {w['rearms_seen']:,} re-arms seen "
-                   f"({fmt.num(w['rearms_per_s'])}/s)")
+        out.append(
+            f"  watch: {fmt.num(w['window_s'])} s, {w['polls']} samples, {w['rearms_seen']:,} re-arms seen "
+            f"({fmt.num(w['rearms_per_s'])}/s)"
+        )
     return out

@@ -10,9 +10,9 @@ import os
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harness.stack import redact_argv
 from metrics import rundir
@@ -51,7 +51,7 @@ def bench_run(scheduler: str, out_dir: Path, args: list[str], echo: Callable[[st
                 echo(line)
             tail.append(line.rstrip("\n"))
             if line.startswith(RUN_DIR_LINE):
-                said = Path(line[len(RUN_DIR_LINE):].strip())
+                said = Path(line[len(RUN_DIR_LINE) :].strip())
 
     try:
         consume(True)
@@ -73,6 +73,9 @@ def run_dirs(out: Path) -> set[Path]:
 
 def new_run_dir(out: Path, before: set[Path], scheduler: str) -> Path | None:
     """The run directory ``bench run`` created for ``scheduler`` (``<stamp>-<scheduler>[-n]``)."""
-    new = [p for p in run_dirs(out) - before
-           if p.name.split("-", 2)[-1] == scheduler or p.name.split("-", 2)[-1].rsplit("-", 1)[0] == scheduler]
+    new = [
+        p
+        for p in run_dirs(out) - before
+        if p.name.split("-", 2)[-1] == scheduler or p.name.split("-", 2)[-1].rsplit("-", 1)[0] == scheduler
+    ]
     return max(new, key=lambda p: p.stat().st_mtime) if new else None

@@ -7,9 +7,9 @@ with its output, never hidden; the report still covers the others.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harness.child import ChildRun, bench_run
 from harness.errors import BenchError, UsageError
@@ -50,10 +50,12 @@ def plan(names: list[str], with_tuned_control: bool) -> list[PlannedRun]:
         return runs
     of, like = TUNED_CONTROL
     if of not in names or like not in names:
-        raise UsageError(f"--tuned-control runs {of} with {like}'s autovacuum settings; "
-                         f"--schedulers must include both (got {', '.join(names)})")
+        raise UsageError(
+            f"--tuned-control runs {of} with {like}'s autovacuum settings; "
+            f"--schedulers must include both (got {', '.join(names)})"
+        )
     i = names.index(of)
-    return runs[:i + 1] + [tuned_control(of, like)] + runs[i + 1:]
+    return runs[: i + 1] + [tuned_control(of, like)] + runs[i + 1 :]
 
 
 def default_schedulers(choice: str | None) -> list[str]:
@@ -90,9 +92,15 @@ class Comparison:
     interrupted: bool = False
 
 
-def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: Path, html: Path | None,
-            markdown: Path | None, echo: Callable[[str], None],
-            calibration: Callable[[], ChildRun] | None = None) -> Comparison:
+def compare(
+    names: list[str] | list[PlannedRun],
+    run_args: list[str],
+    out_dir: Path,
+    html: Path | None,
+    markdown: Path | None,
+    echo: Callable[[str], None],
+    calibration: Callable[[], ChildRun] | None = None,
+) -> Comparison:
     """Run each backend (a name or a :class:`PlannedRun`) with ``run_args``, then the harness
     ``calibration`` (:mod:`harness.calibrate`), then write the report (HTML and Markdown). A
     calibration that fails is said, not fatal: the report then says the ceiling was not measured."""
@@ -104,13 +112,21 @@ def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: P
     result = Comparison(html, markdown or html.with_suffix(".md"))
     for i, planned in enumerate(runs, 1):
         name = planned.label or planned.scheduler
-        child = bench_run(planned.scheduler, out_dir, run_args + list(planned.extra_args), echo,
-                          label=f"[{i}/{len(runs)}] ")
+        child = bench_run(
+            planned.scheduler, out_dir, run_args + list(planned.extra_args), echo, label=f"[{i}/{len(runs)}] "
+        )
         if child.run_dir is not None:
             result.run_dirs.append(str(child.run_dir))  # a failed run's partial directory is still shown
         if child.exit_code != 0:
-            result.failures.append(FailedRun(name, child.command, child.exit_code, "\n".join(child.tail),
-                                             str(child.run_dir) if child.run_dir else None))
+            result.failures.append(
+                FailedRun(
+                    name,
+                    child.command,
+                    child.exit_code,
+                    "\n".join(child.tail),
+                    str(child.run_dir) if child.run_dir else None,
+                )
+            )
             echo(f"== {name} failed (exit {child.exit_code}); continuing with the others\n")
         if child.interrupted:
             result.interrupted = True
@@ -120,8 +136,10 @@ def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: P
         if child.interrupted:
             result.interrupted = True
         elif child.exit_code != 0:
-            echo(f"== the harness calibration failed (exit {child.exit_code}); the report says the ceiling "
-                 f"was not measured\n")
+            echo(
+                f"== the harness calibration failed (exit {child.exit_code}); the report says the ceiling "
+                f"was not measured\n"
+            )
     if not result.run_dirs and not result.failures:
         raise UsageError("no run was made")
     write_report(result.run_dirs, result.html, result.markdown, None, result.failures)
@@ -129,6 +147,8 @@ def compare(names: list[str] | list[PlannedRun], run_args: list[str], out_dir: P
 
 
 def failure_error(result: Comparison, total: int) -> BenchError:
-    return BenchError(f"{len(result.failures)} of {total} runs failed: "
-                      f"{', '.join(f.scheduler for f in result.failures)} "
-                      f"(the report at {result.html} shows their output under 'Failed runs')")
+    return BenchError(
+        f"{len(result.failures)} of {total} runs failed: "
+        f"{', '.join(f.scheduler for f in result.failures)} "
+        f"(the report at {result.html} shows their output under 'Failed runs')"
+    )

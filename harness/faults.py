@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import re
-import signal
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -46,8 +44,10 @@ from harness.errors import UsageError
 REPLACEMENT_DELAY_S = 1.0  # a killed worker's replacement starts this long after the kill
 MID_BATCH_WAIT_S = 3.0  # a kill waits at most this long for a batch to be in flight
 
-ACCEPTED_FORMS = ("kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s[:10s], restart-temporal@60s[:10s], "
-                  "hold-snapshot@10s:120s, slow-provider@30s:60s:5s")
+ACCEPTED_FORMS = (
+    "kill-worker@30s, pause-worker@30s:20s, restart-postgres@60s[:10s], restart-temporal@60s[:10s], "
+    "hold-snapshot@10s:120s, slow-provider@30s:60s:5s"
+)
 
 # kind -> names of the values after "@", in order
 KINDS: dict[str, tuple[str, ...]] = {
@@ -97,8 +97,10 @@ def parse(text: str) -> FaultSpec:
     parts = rest.split(":")
     if not len(names) <= len(parts) <= len(names) + len(optional):
         counts = f"{len(names)}" + (f" or {len(names) + len(optional)}" if optional else "")
-        raise bad(f"{kind} takes {counts} value(s) after '@' ({', '.join(n[:-2] for n in names + optional)}), "
-                  f"got {len(parts)}")
+        raise bad(
+            f"{kind} takes {counts} value(s) after '@' ({', '.join(n[:-2] for n in names + optional)}), "
+            f"got {len(parts)}"
+        )
     values: dict[str, float] = {}
     for name, raw in zip(names + optional, parts):
         try:
@@ -146,25 +148,35 @@ def embedded_temporal(address: str | None):
     return None
 
 
-def check(specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | None, nodes: int | None,
-          can_pause: bool = False) -> None:
+def check(
+    specs: list[FaultSpec], *, dsn: str | None, temporal_address: str | None, nodes: int | None, can_pause: bool = False
+) -> None:
     """Refuse faults this run cannot inject (one line each, exit 2). ``can_pause``: the run's
     workers can pause one of theirs in process (a migration rehearsal stalls the shadow's)."""
     multi = bool(nodes) and int(nodes) > 0
     for s in specs:
         if s.kind == "pause-worker" and not (multi or can_pause):
-            raise UsageError(f"--fault {s.text}: an in-process worker cannot be paused; run with --nodes N "
-                             f"(separate node processes) to pause one")
+            raise UsageError(
+                f"--fault {s.text}: an in-process worker cannot be paused; run with --nodes N "
+                f"(separate node processes) to pause one"
+            )
         if s.kind == "slow-provider" and multi:
-            raise UsageError(f"--fault {s.text}: the provider runs inside the node processes with --nodes; "
-                             f"slow-provider needs a single-process run (drop --nodes)")
+            raise UsageError(
+                f"--fault {s.text}: the provider runs inside the node processes with --nodes; "
+                f"slow-provider needs a single-process run (drop --nodes)"
+            )
         if s.kind == "restart-postgres" and embedded_postgres(dsn) is None:
             where = "this run uses no Postgres" if not dsn else "the DSN points at a server the harness did not start"
-            raise UsageError(f"--fault {s.text}: {where}; restart-postgres only restarts the embedded server "
-                             f"(drop --dsn / TIMERBENCH_DSN, or point it at the embedded one)")
+            raise UsageError(
+                f"--fault {s.text}: {where}; restart-postgres only restarts the embedded server "
+                f"(drop --dsn / TIMERBENCH_DSN, or point it at the embedded one)"
+            )
         if s.kind == "restart-temporal" and embedded_temporal(temporal_address) is None:
-            where = ("this scheduler uses no Temporal" if not temporal_address
-                     else f"{temporal_address} is not the embedded dev server")
+            where = (
+                "this scheduler uses no Temporal"
+                if not temporal_address
+                else f"{temporal_address} is not the embedded dev server"
+            )
             raise UsageError(f"--fault {s.text}: {where}; restart-temporal only restarts the embedded dev server")
         if s.kind == "hold-snapshot" and not dsn:
             raise UsageError(f"--fault {s.text}: this run uses no Postgres, so there is no snapshot to hold")
@@ -180,8 +192,19 @@ class FaultInjector:
     start); workers are reached through :class:`harness.workers.Workers` only.
     """
 
-    def __init__(self, specs: list[FaultSpec], *, workers, processor, window: dict[str, Any], run_dir,
-                 dsn: str | None, temporal_address: str | None, max_lag_s: float, say) -> None:
+    def __init__(
+        self,
+        specs: list[FaultSpec],
+        *,
+        workers,
+        processor,
+        window: dict[str, Any],
+        run_dir,
+        dsn: str | None,
+        temporal_address: str | None,
+        max_lag_s: float,
+        say,
+    ) -> None:
         self.specs = specs
         self.workers = workers
         self.processor = processor
@@ -200,11 +223,14 @@ class FaultInjector:
     def write(self) -> None:
         from metrics.rundir import FAULTS, write_json
 
-        write_json(self.run_dir / FAULTS, {
-            "max_lag_s": self.max_lag_s,
-            "arm_start": self.window["arm_start"],
-            "faults": self.spans,
-        })
+        write_json(
+            self.run_dir / FAULTS,
+            {
+                "max_lag_s": self.max_lag_s,
+                "arm_start": self.window["arm_start"],
+                "faults": self.spans,
+            },
+        )
 
     async def loop(self, done: asyncio.Event) -> None:
         """Start each fault at ``arm_start + at_s``; ends when every started fault has ended."""
@@ -219,7 +245,7 @@ class FaultInjector:
     async def _one(self, span: dict[str, Any], done: asyncio.Event) -> None:
         try:
             await asyncio.wait_for(done.wait(), max(0.0, span["planned_at"] - time.time()))
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             pass
         if done.is_set() or time.time() > self.window["measure_end"]:
             span["note"] = "not fired: the run had ended before its offset"
@@ -245,7 +271,7 @@ class FaultInjector:
     async def _sleep_unless(done: asyncio.Event, seconds: float) -> None:
         try:
             await asyncio.wait_for(done.wait(), seconds)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             pass
 
     # -- the faults -------------------------------------------------------------------------------
@@ -254,9 +280,12 @@ class FaultInjector:
         killed = await self.workers.kill(MID_BATCH_WAIT_S)
         self._begin(span)
         span["worker"] = killed.worker
-        what = (f"SIGKILL node {killed.worker} (pid {killed.pid})" if killed.pid is not None else
-                f"crashed in-process worker {killed.worker} ({'mid-batch' if killed.mid_batch else 'no batch in flight'}"
-                f": run task cancelled, nothing released)")
+        what = (
+            f"SIGKILL node {killed.worker} (pid {killed.pid})"
+            if killed.pid is not None
+            else f"crashed in-process worker {killed.worker} ({'mid-batch' if killed.mid_batch else 'no batch in flight'}"
+            f": run task cancelled, nothing released)"
+        )
         if killed.mid_batch is not None:
             span["mid_batch"] = killed.mid_batch
         await self._sleep_unless(done, REPLACEMENT_DELAY_S)  # the orchestrator notices, then restarts
@@ -272,7 +301,9 @@ class FaultInjector:
         paused = await self.workers.pause(span["duration_s"], done)
         span["end"] = time.time()
         span["worker"] = paused.worker
-        span["note"] = f"SIGSTOP node {paused.worker} (pid {paused.pid}), SIGCONT after {span['end'] - span['start']:.1f} s"
+        span["note"] = (
+            f"SIGSTOP node {paused.worker} (pid {paused.pid}), SIGCONT after {span['end'] - span['start']:.1f} s"
+        )
 
     async def _restart_postgres(self, span: dict[str, Any], done: asyncio.Event) -> None:
         pg = embedded_postgres(self.dsn)
@@ -306,8 +337,9 @@ class FaultInjector:
     async def _hold_snapshot(self, span: dict[str, Any], done: asyncio.Event) -> None:
         import psycopg
 
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
-                                                     application_name="timerbench-fault-hold-snapshot")
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, application_name="timerbench-fault-hold-snapshot"
+        )
         try:
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             # the first statement takes the snapshot; from here its xmin pins the horizon

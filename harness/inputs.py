@@ -22,14 +22,28 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.errors import UsageError
 
 # the workload overrides every command that runs a workload may take (names as click passes them)
-WORKLOAD_OVERRIDES = ("rate", "triggers", "interval", "tenants", "tenant_skew", "state_size", "duration", "warmup",
-                      "seed", "trace", "cadence", "on_time", "drain_limit")
+WORKLOAD_OVERRIDES = (
+    "rate",
+    "triggers",
+    "interval",
+    "tenants",
+    "tenant_skew",
+    "state_size",
+    "duration",
+    "warmup",
+    "seed",
+    "trace",
+    "cadence",
+    "on_time",
+    "drain_limit",
+)
 
 # What one trigger costs a run in this process: measured ~125 B for a synthetic population and
 # ~80 B for the polling processor's bookkeeping and index (500k triggers, Python 3.11); a trace's
@@ -53,8 +67,9 @@ def load_workload(spec: str | None, overrides: Mapping[str, Any], *, state_in_pr
 
     given = {k: v for k, v in overrides.items() if v is not None}
     if "rate" in given and "triggers" in given:
-        raise UsageError(f"give --rate or --triggers, not both (got --rate {given['rate']} and "
-                         f"--triggers {given['triggers']})")
+        raise UsageError(
+            f"give --rate or --triggers, not both (got --rate {given['rate']} and --triggers {given['triggers']})"
+        )
     try:
         w, origins = wl.load_located(spec)
     except ValueError as exc:
@@ -93,9 +108,11 @@ def check_trace(trace: str, where: str = "--trace"):
     need = size * TRACE_BYTES_PER_FILE_BYTE
     free = _free_memory()
     if need > MEMORY_SHARE * free:
-        raise UsageError(f"{where}: trace {trace} is {_bytes(size)}; replaying it takes about {_bytes(need)} of "
-                         f"memory, more than {MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); "
-                         f"replay a shorter trace")
+        raise UsageError(
+            f"{where}: trace {trace} is {_bytes(size)}; replaying it takes about {_bytes(need)} of "
+            f"memory, more than {MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); "
+            f"replay a shorter trace"
+        )
     try:
         return from_trace(path)
     except ValueError as exc:
@@ -113,9 +130,11 @@ def check_memory(w, triggers: int | None, *, state_in_process: bool = False, pro
     free = _free_memory()
     if need > MEMORY_SHARE * free:
         where = "this process" if processes == 1 else f"{processes} processes (the run and its nodes)"
-        raise UsageError(f"{triggers:,} triggers need about {_bytes(need)} of memory in {where}, more than "
-                         f"{MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); lower --rate or "
-                         f"--triggers (or widen --interval)")
+        raise UsageError(
+            f"{triggers:,} triggers need about {_bytes(need)} of memory in {where}, more than "
+            f"{MEMORY_SHARE:.0%} of what this machine has free ({_bytes(free)}); lower --rate or "
+            f"--triggers (or widen --interval)"
+        )
 
 
 def _free_memory() -> int:
@@ -152,8 +171,15 @@ def check_finite_option(name: str, value: float, lo: float | None = None, hi: fl
     """A number option (click parses ``nan`` and ``inf`` as floats): finite and within bounds."""
     ok = math.isfinite(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
     if not ok:
-        bounds = (f"between {lo:g} and {hi:g}" if lo is not None and hi is not None
-                  else f">= {lo:g}" if lo is not None else f"<= {hi:g}" if hi is not None else "")
+        bounds = (
+            f"between {lo:g} and {hi:g}"
+            if lo is not None and hi is not None
+            else f">= {lo:g}"
+            if lo is not None
+            else f"<= {hi:g}"
+            if hi is not None
+            else ""
+        )
         raise UsageError(f"bad {name} {value!r}; give a finite number {bounds}".rstrip())
     return value
 
@@ -180,8 +206,10 @@ def check_nodes(cls, nodes: int | None) -> None:
     if nodes < 1:
         raise UsageError(f"bad --nodes {nodes}; give a count of at least 1")
     if not (getattr(cls, "needs_postgres", False) or getattr(cls, "needs_temporal", False)):
-        raise UsageError(f"--nodes/--arm-load need a shared store; {cls.name} keeps its timers inside one "
-                         f"process (use a backend that keeps them in Postgres or Temporal)")
+        raise UsageError(
+            f"--nodes/--arm-load need a shared store; {cls.name} keeps its timers inside one "
+            f"process (use a backend that keeps them in Postgres or Temporal)"
+        )
 
 
 def parse_faults(texts) -> list:
@@ -213,8 +241,10 @@ def check_schema_name(name: str) -> str:
     if not name or not name.strip():
         raise UsageError("bad --schema ''; give a schema name")
     if len(name.encode()) > MAX_SCHEMA_BYTES:
-        raise UsageError(f"bad --schema {name[:20]!r}...: {len(name.encode())} bytes, Postgres keeps "
-                         f"{MAX_SCHEMA_BYTES}; give a shorter name")
+        raise UsageError(
+            f"bad --schema {name[:20]!r}...: {len(name.encode())} bytes, Postgres keeps "
+            f"{MAX_SCHEMA_BYTES}; give a shorter name"
+        )
     return name
 
 
@@ -243,8 +273,10 @@ def check_serve_exposure(host: str, token: str | None, allow_unauthenticated: bo
     """A node reachable from other machines must ask for a token, unless told not to."""
     if token or allow_unauthenticated or is_loopback(host):
         return
-    raise UsageError(f"bench serve --host {host} without a token would let anyone who can reach it arm timers; "
-                     f"give --token (or TIMERBENCH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated")
+    raise UsageError(
+        f"bench serve --host {host} without a token would let anyone who can reach it arm timers; "
+        f"give --token (or TIMERBENCH_TOKEN), bind to 127.0.0.1, or pass --allow-unauthenticated"
+    )
 
 
 # -- a whole `bench run` ------------------------------------------------------------------------------
@@ -253,8 +285,16 @@ def check_serve_exposure(host: str, token: str | None, allow_unauthenticated: bo
 class RunPlan:
     """A ``bench run`` checked in full, before its servers are touched."""
 
-    def __init__(self, cls, options: dict, workload, out: Path, nodes: int | None, arm_load_per_s: float | None,
-                 fault_specs: list) -> None:
+    def __init__(
+        self,
+        cls,
+        options: dict,
+        workload,
+        out: Path,
+        nodes: int | None,
+        arm_load_per_s: float | None,
+        fault_specs: list,
+    ) -> None:
         self.cls = cls
         self.options = options
         self.workload = workload
@@ -264,8 +304,16 @@ class RunPlan:
         self.fault_specs = fault_specs
 
 
-def check_run(scheduler_name: str, workload_spec: str | None, overrides: Mapping[str, Any], opts, out,
-              faults=(), nodes: int | None = None, arm_load: str | None = None) -> RunPlan:
+def check_run(
+    scheduler_name: str,
+    workload_spec: str | None,
+    overrides: Mapping[str, Any],
+    opts,
+    out,
+    faults=(),
+    nodes: int | None = None,
+    arm_load: str | None = None,
+) -> RunPlan:
     """Every input of a run that can be checked without a server, in the order a person reads the
     command line; the first bad one is the usage error."""
     from harness.servers import scheduler_class, scheduler_options
@@ -293,8 +341,11 @@ def load_plan(steps: str | None, plan_file: str | None, run_s: float) -> list:
     from migration import plan
 
     try:
-        steps_ = (plan.load_plan(plan_file, parse_duration) if plan_file
-                  else plan.parse_steps(steps or plan.DEFAULT_STEPS, parse_duration))
+        steps_ = (
+            plan.load_plan(plan_file, parse_duration)
+            if plan_file
+            else plan.parse_steps(steps or plan.DEFAULT_STEPS, parse_duration)
+        )
         plan.schedule(steps_, run_s)
     except plan.PlanError as exc:
         raise UsageError(str(exc)) from None

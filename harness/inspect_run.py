@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import UsageError
 from harness.owntable import DUE_CATEGORIES, OpenTable, column, open_table, timeouts_as_errors
@@ -29,8 +30,11 @@ INSPECT_JSON = "inspect.json"
 INSPECT_MD = "inspect.md"
 # when guessing the due column: names like these are preferred, names of past events are not
 DUE_NAME_HINT = re.compile(r"due|fire|next|run_?at|run_?after|schedul|wake|not_?before|deadline", re.IGNORECASE)
-PAST_EVENT_NAME = re.compile(r"^(last|created|updated|modified|deleted|locked|claimed|started|finished|completed|"
-                             r"inserted|polled)_?|_(created|updated|modified|deleted)$", re.IGNORECASE)
+PAST_EVENT_NAME = re.compile(
+    r"^(last|created|updated|modified|deleted|locked|claimed|started|finished|completed|"
+    r"inserted|polled)_?|_(created|updated|modified|deleted)$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -41,9 +45,18 @@ class Inspection:
     terminal: list[str]
 
 
-def inspect_table(dsn: str, table: str, *, due_column: str | None, watch_s: float, analyze: bool,
-                  compare: list[str] | None, out_dir: Path, guards: owntable.Safeguards,
-                  say: Callable[[str], None]) -> Inspection:
+def inspect_table(
+    dsn: str,
+    table: str,
+    *,
+    due_column: str | None,
+    watch_s: float,
+    analyze: bool,
+    compare: list[str] | None,
+    out_dir: Path,
+    guards: owntable.Safeguards,
+    say: Callable[[str], None],
+) -> Inspection:
     from reports import inspect_report
     from reports.diagnosis import diagnose
 
@@ -63,8 +76,14 @@ def inspect_table(dsn: str, table: str, *, due_column: str | None, watch_s: floa
     return Inspection(data, json_path, md_path, inspect_report.terminal_lines(data))
 
 
-def _collect(opened: OpenTable, guards: owntable.Safeguards, due_column: str | None, watch_s: float, analyze: bool,
-             say: Callable[[str], None]) -> dict[str, Any]:
+def _collect(
+    opened: OpenTable,
+    guards: owntable.Safeguards,
+    due_column: str | None,
+    watch_s: float,
+    analyze: bool,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     from harness.stack import redact_dsn
 
     reader, ref = opened.reader, opened.ref
@@ -73,8 +92,11 @@ def _collect(opened: OpenTable, guards: owntable.Safeguards, due_column: str | N
         "inspected_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "dsn": redact_dsn(opened.dsn),
         "table": ref.qualified,
-        "server": {"version": opened.session["server_version"], "role": opened.session["role"],
-                   "database": opened.session["database"]},
+        "server": {
+            "version": opened.session["server_version"],
+            "role": opened.session["role"],
+            "database": opened.session["database"],
+        },
         "safeguards": {
             "default_transaction_read_only": opened.session["default_transaction_read_only"],
             "statement_timeout_ms": int(opened.session["statement_timeout_ms"]),
@@ -86,8 +108,10 @@ def _collect(opened: OpenTable, guards: owntable.Safeguards, due_column: str | N
     _privileges(opened)
     extensions = _extensions(opened, guards)
     data["extensions"] = {k: {"usable": e.usable, "why_not": e.missing} for k, e in extensions.items()}
-    say(f"inspecting {ref.qualified} read-only (statement_timeout {guards.statement_timeout_ms} ms, "
-        f"lock_timeout {guards.lock_timeout_ms} ms)")
+    say(
+        f"inspecting {ref.qualified} read-only (statement_timeout {guards.statement_timeout_ms} ms, "
+        f"lock_timeout {guards.lock_timeout_ms} ms)"
+    )
     shape = reader.shape(ref)
     data["shape"] = shape
     data["settings"] = reader.settings()
@@ -113,16 +137,22 @@ def _load_compare(compare: list[str] | None) -> list:
 def _privileges(opened: OpenTable) -> None:
     s, reader = opened.session, opened.reader
     if not (s["is_superuser"] or s["reads_all_stats"]):
-        reader.skip("other roles' sessions in pg_stat_activity (state, transaction age, snapshot)",
-                    f"role {s['role']} is not a member of pg_read_all_stats: other roles' sessions show no details",
-                    "grant pg_read_all_stats (or pg_monitor) to this role")
-        reader.skip("vacuum progress of autovacuum workers (pg_stat_progress_vacuum)",
-                    "without pg_read_all_stats the relation a vacuum works on is hidden",
-                    "grant pg_read_all_stats (or pg_monitor) to this role")
+        reader.skip(
+            "other roles' sessions in pg_stat_activity (state, transaction age, snapshot)",
+            f"role {s['role']} is not a member of pg_read_all_stats: other roles' sessions show no details",
+            "grant pg_read_all_stats (or pg_monitor) to this role",
+        )
+        reader.skip(
+            "vacuum progress of autovacuum workers (pg_stat_progress_vacuum)",
+            "without pg_read_all_stats the relation a vacuum works on is hidden",
+            "grant pg_read_all_stats (or pg_monitor) to this role",
+        )
     if not opened.ref.can_select:
-        reader.skip("per-column widths (pg_stats) and the due-work query",
-                    f"role {s['role']} may not SELECT from {opened.ref.qualified}",
-                    f"GRANT SELECT ON {opened.ref.qualified} TO {s['role']}")
+        reader.skip(
+            "per-column widths (pg_stats) and the due-work query",
+            f"role {s['role']} may not SELECT from {opened.ref.qualified}",
+            f"GRANT SELECT ON {opened.ref.qualified} TO {s['role']}",
+        )
 
 
 def _extensions(opened: OpenTable, guards: owntable.Safeguards) -> dict:
@@ -161,16 +191,18 @@ def _watch(opened: OpenTable, shape: dict[str, Any], watch_s: float, say) -> tup
     c1, i1 = reader.counters(ref), reader.index_counters(ref)
     horizons.append(reader.horizon())
     elapsed = time.time() - start
-    watch = {"requested_s": watch_s, "elapsed_s": elapsed, "interrupted": interrupted,
-             "horizon_samples": len(horizons)}
+    watch = {"requested_s": watch_s, "elapsed_s": elapsed, "interrupted": interrupted, "horizon_samples": len(horizons)}
     churn = None
     if watch_s > 0:
         table = owntable.relation_churn(c0.get(ref.relid), c1.get(ref.relid))
         toast = owntable.relation_churn(c0.get(ref.toast_relid), c1.get(ref.toast_relid)) if ref.toast_relid else None
         window = table["window_s"] if table else elapsed
-        churn = {"table": table, "toast": toast,
-                 "indexes": owntable.index_churn(i0, i1, names, window),
-                 "vacuums_seen": list(progress.values())}
+        churn = {
+            "table": table,
+            "toast": toast,
+            "indexes": owntable.index_churn(i0, i1, names, window),
+            "vacuums_seen": list(progress.values()),
+        }
     else:
         reader.skip("churn over a watch window", "--watch 0s: no window", "give --watch 60s (the default)")
     return watch, churn, _horizon(horizons, reader)
@@ -215,7 +247,8 @@ def _horizon(samples: list[dict[str, Any]], reader) -> dict[str, Any]:
         "hidden_sessions": max(s["hidden_sessions"] for s in samples),
         "oldest_running_xid_behind": worst_sample["oldest_running_xid_behind"],
         "oldest_running_age_s_estimated": (worst_sample["oldest_running_xid_behind"] / xids_per_s)
-        if xids_per_s else None,
+        if xids_per_s
+        else None,
         "replication_slots": worst_sample["replication_slots"],
         "prepared_xacts": len(worst_sample["prepared_xacts"]),
         "sampled_at_s": worst_sample["read_at_s"],
@@ -236,21 +269,54 @@ def horizon_holders(sample: dict[str, Any], xids_per_s: float | None) -> list[di
         if xids is None:
             continue  # an open transaction without a snapshot or an xid holds nothing back
         known = s["xact_age_s"] is not None
-        out.append({"kind": s["kind"], "pid": s["pid"], "age_s": s["xact_age_s"] if known else seconds(xids),
-                    "age_estimated": not known, "xid_age": xids, "same_database": s["same_database"]})
+        out.append(
+            {
+                "kind": s["kind"],
+                "pid": s["pid"],
+                "age_s": s["xact_age_s"] if known else seconds(xids),
+                "age_estimated": not known,
+                "xid_age": xids,
+                "same_database": s["same_database"],
+            }
+        )
     for slot in sample["replication_slots"]:
         if slot["xmin_age_xids"] is None:
             continue  # catalog_xmin only: holds the catalogue tables, not this one
-        kind = f"replication slot {slot['slot_name']} ({slot['slot_type']}, {'active' if slot['active'] else 'inactive'})"
-        out.append({"kind": kind, "pid": None, "age_s": seconds(slot["xmin_age_xids"]), "age_estimated": True,
-                    "xid_age": slot["xmin_age_xids"], "same_database": slot["same_database"]})
+        kind = (
+            f"replication slot {slot['slot_name']} ({slot['slot_type']}, {'active' if slot['active'] else 'inactive'})"
+        )
+        out.append(
+            {
+                "kind": kind,
+                "pid": None,
+                "age_s": seconds(slot["xmin_age_xids"]),
+                "age_estimated": True,
+                "xid_age": slot["xmin_age_xids"],
+                "same_database": slot["same_database"],
+            }
+        )
     for p in sample["prepared_xacts"]:
-        out.append({"kind": "prepared transaction", "pid": None, "age_s": p["age_s"], "age_estimated": False,
-                    "xid_age": p["xid_age_xids"], "same_database": p["same_database"]})
+        out.append(
+            {
+                "kind": "prepared transaction",
+                "pid": None,
+                "age_s": p["age_s"],
+                "age_estimated": False,
+                "xid_age": p["xid_age_xids"],
+                "same_database": p["same_database"],
+            }
+        )
     for r in sample["standby_feedback"]:
-        out.append({"kind": "standby feedback (hot_standby_feedback)", "pid": r["pid"],
-                    "age_s": seconds(r["xmin_age_xids"]), "age_estimated": True, "xid_age": r["xmin_age_xids"],
-                    "same_database": None})
+        out.append(
+            {
+                "kind": "standby feedback (hot_standby_feedback)",
+                "pid": r["pid"],
+                "age_s": seconds(r["xmin_age_xids"]),
+                "age_estimated": True,
+                "xid_age": r["xmin_age_xids"],
+                "same_database": None,
+            }
+        )
     out.sort(key=lambda h: (h["age_s"] or 0, h["xid_age"] or 0), reverse=True)
     return out
 
@@ -277,10 +343,12 @@ def _bloat(opened: OpenTable, shape: dict[str, Any], pgstattuple) -> dict[str, A
 
 def _bloat_figures(r: dict[str, Any]) -> dict[str, Any]:
     length = r["table_len"] or 0
-    return {**r,
-            "dead_pct": 100.0 * r["dead_tuple_len"] / length if length else None,
-            "free_pct": 100.0 * r["free_space"] / length if length else None,
-            "live_pct": 100.0 * r["tuple_len"] / length if length else None}
+    return {
+        **r,
+        "dead_pct": 100.0 * r["dead_tuple_len"] / length if length else None,
+        "free_pct": 100.0 * r["free_space"] / length if length else None,
+        "live_pct": 100.0 * r["tuple_len"] / length if length else None,
+    }
 
 
 def _bloat_estimate(opened: OpenTable, shape: dict[str, Any], why: str) -> dict[str, Any]:
@@ -291,31 +359,46 @@ def _bloat_estimate(opened: OpenTable, shape: dict[str, Any], why: str) -> dict[
     width = shape.get("avg_inline_row_bytes")
     heap = shape["heap_bytes"]
     expected = (live * width / (shape["fillfactor_pct"] / 100.0)) if (live is not None and width) else None
-    return {"method": "estimate (statistics: n_live_tup, n_dead_tup, pg_stats widths)", "why_not_exact": why,
-            "heap": {"table_len": heap, "tuple_count": live, "dead_tuple_count": dead,
-                     "expected_bytes": expected,
-                     "bloat_pct": (100.0 * max(0.0, 1 - expected / heap)) if (expected and heap) else None},
-            "toast": {"table_len": shape["toast_bytes"]} if opened.ref.toast_relid else None}
+    return {
+        "method": "estimate (statistics: n_live_tup, n_dead_tup, pg_stats widths)",
+        "why_not_exact": why,
+        "heap": {
+            "table_len": heap,
+            "tuple_count": live,
+            "dead_tuple_count": dead,
+            "expected_bytes": expected,
+            "bloat_pct": (100.0 * max(0.0, 1 - expected / heap)) if (expected and heap) else None,
+        },
+        "toast": {"table_len": shape["toast_bytes"]} if opened.ref.toast_relid else None,
+    }
 
 
 # -- the cost of finding due work ---------------------------------------------------------------
 
 
-def _due_scan(opened: OpenTable, shape: dict[str, Any], due_column: str | None, analyze: bool,
-              pgstattuple) -> dict[str, Any] | None:
+def _due_scan(
+    opened: OpenTable, shape: dict[str, Any], due_column: str | None, analyze: bool, pgstattuple
+) -> dict[str, Any] | None:
     reader, ref = opened.reader, opened.ref
     guessed = False
     if due_column is None:
         due_column = guess_due_column(shape)
         guessed = due_column is not None
         if due_column is None:
-            reader.skip("the cost of finding due work", "no --due-column given and none could be guessed "
-                        "(a timestamp column leading a B-tree index)", "give --due-column COLUMN")
+            reader.skip(
+                "the cost of finding due work",
+                "no --due-column given and none could be guessed (a timestamp column leading a B-tree index)",
+                "give --due-column COLUMN",
+            )
             return None
     col = column(shape["columns"], due_column, "--due-column", DUE_CATEGORIES, ref.qualified)
     query = reader.due_query(ref, due_column, col["category"])
-    out: dict[str, Any] = {"due_column": due_column, "guessed": guessed, "batch_rows": 800,
-                           "query": query.as_string(reader.conn)}
+    out: dict[str, Any] = {
+        "due_column": due_column,
+        "guessed": guessed,
+        "batch_rows": 800,
+        "query": query.as_string(reader.conn),
+    }
     if not ref.can_select:
         return out  # said in skipped
     plan = reader.attempt("EXPLAIN of the due-work query", lambda: reader.explain(query))
@@ -325,8 +408,9 @@ def _due_scan(opened: OpenTable, shape: dict[str, Any], due_column: str | None, 
         analysed = reader.attempt("EXPLAIN ANALYZE of the due-work query", lambda: reader.explain_analyze(query))
         if analysed is not None:
             out["analyze"] = owntable.plan_summary(analysed)
-    due_index = next((i for i in shape["indexes"]
-                      if i["columns"] and i["columns"][0] == due_column and i["method"] == "btree"), None)
+    due_index = next(
+        (i for i in shape["indexes"] if i["columns"] and i["columns"][0] == due_column and i["method"] == "btree"), None
+    )
     out["due_index"] = due_index["name"] if due_index else None
     if due_index and pgstattuple is not None and pgstattuple.usable:
         stats = reader.pgstatindex(due_index["indexrelid"], pgstattuple.schema)

@@ -48,8 +48,21 @@ LONG_HORIZON_SHARE = 0.05  # share of long-horizon timers added to a workload th
 APP_WRITES_PER_S = 10.0  # default application writes (long-horizon moves) per second
 
 
-def dry_run(primary_cls, shadow_cls, opts: dict[str, dict], workload, dsn, temporal_address, out: Path, keep: bool,
-            argv: list[str], *, control: bool, say, **rehearsal) -> int:
+def dry_run(
+    primary_cls,
+    shadow_cls,
+    opts: dict[str, dict],
+    workload,
+    dsn,
+    temporal_address,
+    out: Path,
+    keep: bool,
+    argv: list[str],
+    *,
+    control: bool,
+    say,
+    **rehearsal,
+) -> int:
     """The whole rehearsal (a control run first with ``control``); the exit code: 0 GO, 3 NO-GO
     (distinct from usage, 2, and a crash, 1, for scripts), else the failed run's own code.
     ``rehearsal``: the keyword arguments of :class:`MigrationRun`."""
@@ -57,14 +70,29 @@ def dry_run(primary_cls, shadow_cls, opts: dict[str, dict], workload, dsn, tempo
     if control:
         say(f"control: {primary_cls.name} against itself first, to measure the noise floor")
         ctl_opts = {**rehearsal, "fault_specs": ()}
-        ctl = MigrationRun(primary_cls, primary_cls, {"from": opts["from"], "to": opts["from"]}, replace(workload), dsn,
-                           temporal_address, out, keep, argv, **ctl_opts)
+        ctl = MigrationRun(
+            primary_cls,
+            primary_cls,
+            {"from": opts["from"], "to": opts["from"]},
+            replace(workload),
+            dsn,
+            temporal_address,
+            out,
+            keep,
+            argv,
+            **ctl_opts,
+        )
         code = asyncio.run(ctl.main())
         if code:
             return code
         m = getattr(ctl, "migration", None) or {}
-        noise_floor = {"run_dir": str(ctl.run_dir), "verdict": m.get("verdict"), "counts": m.get("counts"),
-                       "lag_diff_ms": m.get("lag_diff_ms"), "lag": m.get("lag")}
+        noise_floor = {
+            "run_dir": str(ctl.run_dir),
+            "verdict": m.get("verdict"),
+            "counts": m.get("counts"),
+            "lag_diff_ms": m.get("lag_diff_ms"),
+            "lag": m.get("lag"),
+        }
     runner = MigrationRun(primary_cls, shadow_cls, opts, workload, dsn, temporal_address, out, keep, argv, **rehearsal)
     runner.noise_floor = noise_floor
     code = asyncio.run(runner.main())
@@ -142,13 +170,39 @@ class DualWorkers(Workers):
 
 
 class MigrationRun(RunSession):
-    def __init__(self, primary_cls, shadow_cls, opts, workload, dsn, temporal_address, out, keep, argv, *,
-                 steps, tolerance_s: float, max_extra_ratio: float, max_lag_p99_s: float | None = None,
-                 max_lag_regression_s: float | None = None, settle_s: float | None = None,
-                 app_writes_per_s: float = APP_WRITES_PER_S, write_timeout_s: float | None = None,
-                 fault_specs=()) -> None:
-        super().__init__(_DualClass(primary_cls, shadow_cls), opts, with_long_horizon(workload), dsn, temporal_address,
-                         out, keep, argv, fault_specs=fault_specs)
+    def __init__(
+        self,
+        primary_cls,
+        shadow_cls,
+        opts,
+        workload,
+        dsn,
+        temporal_address,
+        out,
+        keep,
+        argv,
+        *,
+        steps,
+        tolerance_s: float,
+        max_extra_ratio: float,
+        max_lag_p99_s: float | None = None,
+        max_lag_regression_s: float | None = None,
+        settle_s: float | None = None,
+        app_writes_per_s: float = APP_WRITES_PER_S,
+        write_timeout_s: float | None = None,
+        fault_specs=(),
+    ) -> None:
+        super().__init__(
+            _DualClass(primary_cls, shadow_cls),
+            opts,
+            with_long_horizon(workload),
+            dsn,
+            temporal_address,
+            out,
+            keep,
+            argv,
+            fault_specs=fault_specs,
+        )
         self.steps = list(steps)
         self.tolerance_s = tolerance_s
         self.max_extra_ratio = max_extra_ratio
@@ -196,20 +250,23 @@ class MigrationRun(RunSession):
         settle = self.settle_s if self.settle_s is not None else 2 * scheduler.capabilities.max_lag_s + 2.0
         ids, tenants = population.ids, population.tenants
         lh_idx = np.flatnonzero(population.long_horizon)
-        self.rehearsal = Rehearsal(scheduler, plan, arm_start, settle_s=settle,
-                                   long_horizon=[ids[i] for i in lh_idx.tolist()], say=self.say)
+        self.rehearsal = Rehearsal(
+            scheduler, plan, arm_start, settle_s=settle, long_horizon=[ids[i] for i in lh_idx.tolist()], say=self.say
+        )
         due = np.round(arm_start + population.first_fire_s, 6)
         existing = np.arange(0, len(population), 2)
         step = max(1, int(w.arm_batch))
         for lo in range(0, len(existing), step):
-            idx = existing[lo:lo + step]
+            idx = existing[lo : lo + step]
             timers = [Timer(ids[i], f, "poll", tenants[i]) for i, f in zip(idx.tolist(), due[idx].tolist())]
             self.processor.note_armed(idx, due[idx], time.time())
             await scheduler.arm(timers)  # before dual writing: the old store alone
-        self.say(f"stores: {scheduler.primary.name} in schema {self.schema}{PRIMARY_SUFFIX}, {scheduler.shadow.name} "
-                 f"in schema {self.schema}{SHADOW_SUFFIX} (bench migrate reconcile --from {scheduler.primary.name} "
-                 f"--to {scheduler.shadow.name} --schema {self.schema}); {len(existing):,} timers armed in "
-                 f"{scheduler.primary.name} alone, {len(lh_idx):,} long-horizon in all")
+        self.say(
+            f"stores: {scheduler.primary.name} in schema {self.schema}{PRIMARY_SUFFIX}, {scheduler.shadow.name} "
+            f"in schema {self.schema}{SHADOW_SUFFIX} (bench migrate reconcile --from {scheduler.primary.name} "
+            f"--to {scheduler.shadow.name} --schema {self.schema}); {len(existing):,} timers armed in "
+            f"{scheduler.primary.name} alone, {len(lh_idx):,} long-horizon in all"
+        )
         self.say(f"plan: {plan_mod.describe(plan)}; store checks confirmed over {settle:g} s")
         await self.rehearsal.apply_immediate()
         index = population.index()
@@ -219,8 +276,15 @@ class MigrationRun(RunSession):
             idx = np.fromiter((index[t.id] for t in timers), np.int64, len(timers))
             self.processor.note_armed(idx, np.asarray([t.fire_at for t in timers]), now)
 
-        self.app_writer = AppWriter(scheduler, lh_timers, self.app_writes_per_s, seed=w.seed,
-                                    min_days=w.long_horizon_min_days, max_days=w.long_horizon_max_days, on_armed=noted)
+        self.app_writer = AppWriter(
+            scheduler,
+            lh_timers,
+            self.app_writes_per_s,
+            seed=w.seed,
+            min_days=w.long_horizon_min_days,
+            max_days=w.long_horizon_max_days,
+            on_armed=noted,
+        )
         return np.arange(1, len(population), 2)
 
     def background(self, scheduler, stop: asyncio.Event) -> list:
@@ -251,13 +315,20 @@ class MigrationRun(RunSession):
 
         reh = self.rehearsal
         await reh.cancel()  # a check still waiting (the run ended early) is not awaited
-        faults = [(span["start"], span.get("end") or span["start"])
-                  for span in (self.faults.spans if self.faults is not None else [])
-                  if span.get("fired") and span.get("start") is not None]
-        result = reh.judge(tolerance_s=self.tolerance_s, ended_at=self.window["measure_end"],
-                           max_extra_ratio=self.max_extra_ratio, max_lag_p99_s=self.max_lag_p99_s,
-                           max_lag_regression_s=self.max_lag_regression_s, lag_from=self.window["measure_start"],
-                           faults=faults)
+        faults = [
+            (span["start"], span.get("end") or span["start"])
+            for span in (self.faults.spans if self.faults is not None else [])
+            if span.get("fired") and span.get("start") is not None
+        ]
+        result = reh.judge(
+            tolerance_s=self.tolerance_s,
+            ended_at=self.window["measure_end"],
+            max_extra_ratio=self.max_extra_ratio,
+            max_lag_p99_s=self.max_lag_p99_s,
+            max_lag_regression_s=self.max_lag_regression_s,
+            lag_from=self.window["measure_start"],
+            faults=faults,
+        )
         if self.incomplete_reason:  # a rehearsal cut short proves nothing about the move
             result.verdict.reasons.insert(0, f"the rehearsal did not complete: {self.incomplete_reason}")
             result.verdict.go = False
@@ -276,8 +347,10 @@ class MigrationRun(RunSession):
             "plan": [{"step": r.kind, "text": r.text, "at_s": r.planned_s} for r in reh.records],
             "steps": [_step_dict(r) for r in result.steps],
             "windows_s": [[a - origin, b - origin] for a, b in result.windows],
-            "switches_s": [[t - origin, {PRIMARY: scheduler.primary.name, SHADOW: scheduler.shadow.name}[s]]
-                           for t, s in result.switches],
+            "switches_s": [
+                [t - origin, {PRIMARY: scheduler.primary.name, SHADOW: scheduler.shadow.name}[s]]
+                for t, s in result.switches
+            ],
             "counts": {
                 "matched": c.matched,
                 "missing_in_shadow": c.missing_in_shadow,
@@ -330,8 +403,10 @@ def verdict_lines(m: dict[str, Any]) -> list[str]:
     c = m["counts"]
     lag = m["lag"]
     colour = "green" if m["verdict"] == "GO" else "red"
-    out = [f"[bold {colour}]{m['verdict']}[/]: {m['from']} -> {m['to']}   plan: "
-           + ", ".join(f"{p['step']}@{p['at_s']:g}s" for p in m["plan"])]
+    out = [
+        f"[bold {colour}]{m['verdict']}[/]: {m['from']} -> {m['to']}   plan: "
+        + ", ".join(f"{p['step']}@{p['at_s']:g}s" for p in m["plan"])
+    ]
     out.append(
         f"  fires      matched {c['matched']:,}  missing in shadow {c['missing_in_shadow']:,}  extra in shadow "
         f"{c['extra_in_shadow']:,}  lost {c['lost']:,}  executed by both {c['executed_by_both']:,}  "
@@ -348,9 +423,13 @@ def verdict_lines(m: dict[str, Any]) -> list[str]:
         f"over {lag['shadow']['fires']:,} fires"
     )
     for f in lag.get("faults") or []:
-        rec = ", ".join(f"{store} {'never late' if s is None else f'{s:.1f} s'}" for store, s in f["recovered_s"].items())
-        out.append(f"  fault      {f['start']:.1f}-{f['end']:.1f} s; back within the declared bound after it ended: "
-                   f"{rec}; lag figures leave out fires due {f['start']:.1f}-{f['excluded_until']:.1f} s")
+        rec = ", ".join(
+            f"{store} {'never late' if s is None else f'{s:.1f} s'}" for store, s in f["recovered_s"].items()
+        )
+        out.append(
+            f"  fault      {f['start']:.1f}-{f['end']:.1f} s; back within the declared bound after it ended: "
+            f"{rec}; lag figures leave out fires due {f['start']:.1f}-{f['excluded_until']:.1f} s"
+        )
     wt = lag.get("worst_tenant")
     if wt:
         out.append(
@@ -373,8 +452,10 @@ def verdict_lines(m: dict[str, Any]) -> list[str]:
                 f"{w['dropped']:,} dropped; first error: {w['first_error']}"
             )
     else:
-        out.append(f"  divergence none: no write to either store failed ({d['record_store_failures']} refused by the "
-                   f"store of record)")
+        out.append(
+            f"  divergence none: no write to either store failed ({d['record_store_failures']} refused by the "
+            f"store of record)"
+        )
     r = m.get("reconcile") or {}
     if "drift" in r:
         from migration.reconcile import summary_line
@@ -395,7 +476,7 @@ def verdict_lines(m: dict[str, Any]) -> list[str]:
         nc = nf["counts"]
         out.append(
             f"  noise      {m['from']} vs itself: missing {nc['missing_in_shadow']:,}, extra "
-            f"{nc['extra_in_shadow']:,}, lag regression {_signed_lag(((nf.get('lag') or {}).get('regression_p99')))}"
+            f"{nc['extra_in_shadow']:,}, lag regression {_signed_lag((nf.get('lag') or {}).get('regression_p99'))}"
         )
     for reason in m["reasons"]:
         out.append(f"  - {reason}")
@@ -417,8 +498,14 @@ def _step_line(st: dict[str, Any], m: dict[str, Any]) -> str:
     elif st["kind"] == "reconcile" and "drift" in did:
         what.append(f"drift {did['drift']['total']:,}")
     f = st.get("fires") or {}
-    fires = (f"fires due {f.get('due', 0):,}: lost {f.get('lost', 0)}, by both {f.get('executed_by_both', 0)}, "
-             f"dup effects {f.get('duplicate_effects', 0)}") if f else ""
+    fires = (
+        (
+            f"fires due {f.get('due', 0):,}: lost {f.get('lost', 0)}, by both {f.get('executed_by_both', 0)}, "
+            f"dup effects {f.get('duplicate_effects', 0)}"
+        )
+        if f
+        else ""
+    )
     ok = "ok" if not st["problems"] else f"{len(st['problems'])} problem(s)"
     return f"step {st['kind']:<16} {started}; " + "; ".join(x for x in what + [fires] if x) + f"; checks {ok}"
 
@@ -433,7 +520,9 @@ def _long_horizon_line(m: dict[str, Any]) -> str | None:
             if lh:
                 total = lh["of"]
                 ok = lh["right"] == lh["of"]
-                per_store.setdefault(c["store"], []).append(st["kind"] if ok else f"{st['kind']} ({lh['right']:,} right)")
+                per_store.setdefault(c["store"], []).append(
+                    st["kind"] if ok else f"{st['kind']} ({lh['right']:,} right)"
+                )
     if not per_store:
         return None
     where = "; ".join(f"{store} after {', '.join(kinds)}" for store, kinds in per_store.items())

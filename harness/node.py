@@ -54,8 +54,19 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_address: str | None, schema: str,
-                     host: str, port: int, token: str | None, worker_id: str, record: Path | None) -> int:
+async def serve_node(
+    cls,
+    options: dict[str, Any],
+    w,
+    dsn: str | None,
+    temporal_address: str | None,
+    schema: str,
+    host: str,
+    port: int,
+    token: str | None,
+    worker_id: str,
+    record: Path | None,
+) -> int:
     from aiohttp import web
 
     from harness import stack
@@ -90,8 +101,12 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
 
     def progress() -> bytes:
         buf = io.BytesIO()
-        np.savez(buf, **progress_snapshot(processor), rows=np.array([recorder.rows]),
-                 claimed_timers=np.array([int(scheduler.claimed_timers)]))
+        np.savez(
+            buf,
+            **progress_snapshot(processor),
+            rows=np.array([recorder.rows]),
+            claimed_timers=np.array([int(scheduler.claimed_timers)]),
+        )
         return buf.getvalue()
 
     def on_rearm_until(at: float) -> None:
@@ -100,8 +115,17 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     # a node started during the run (a fault's replacement) learns where re-arming stops here
     if os.environ.get(REARM_UNTIL_ENV):
         on_rearm_until(float(os.environ[REARM_UNTIL_ENV]))
-    node = Node(scheduler, {"poll": processor, "load": sink}, worker_id, probes=_probes(dsn, temporal_address),
-                token=token, holds=holds, on_armed=on_armed, progress=progress, on_rearm_until=on_rearm_until)
+    node = Node(
+        scheduler,
+        {"poll": processor, "load": sink},
+        worker_id,
+        probes=_probes(dsn, temporal_address),
+        token=token,
+        holds=holds,
+        on_armed=on_armed,
+        progress=progress,
+        on_rearm_until=on_rearm_until,
+    )
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,8 +145,10 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     if not token and host not in ("127.0.0.1", "localhost", "::1"):
         _say(f"warning: listening on {host} without a token: anyone who can reach it can arm timers")
     node.start_loop()
-    _say(f"serving http://{host}:{bound} worker={worker_id} scheduler={cls.name} schema={schema} "
-         f"triggers={len(population)} token={'required' if token else 'none'}")
+    _say(
+        f"serving http://{host}:{bound} worker={worker_id} scheduler={cls.name} schema={schema} "
+        f"triggers={len(population)} token={'required' if token else 'none'}"
+    )
 
     flusher = asyncio.create_task(_flush(recorder, shutdown))
     watchdog = asyncio.create_task(exit_with_parent(shutdown))
@@ -134,7 +160,7 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     if node.loop_task is not None and not node.loop_task.done():
         try:
             await asyncio.wait_for(asyncio.shield(node.loop_task), GRACEFUL_STOP_S)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             node.loop_task.cancel()
             graceful = False
             _say(f"warning: the claim loop did not stop within {GRACEFUL_STOP_S:g} s; cancelled it")
@@ -145,13 +171,25 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
     await asyncio.gather(flusher, return_exceptions=True)
     recorder.close()
     if record is not None:
-        np.savez(rundir.node_state(record, worker_id), **progress_snapshot(processor),
-                 claimed_timers=np.array([int(scheduler.claimed_timers)]))
+        np.savez(
+            rundir.node_state(record, worker_id),
+            **progress_snapshot(processor),
+            claimed_timers=np.array([int(scheduler.claimed_timers)]),
+        )
         holds.write(record, worker_id)
-        meta = {"worker": worker_id, "pid": os.getpid(), "started_at": started_at, "stopped_at": time.time(),
-                "graceful": graceful, "loop_error": node.loop_error, "fires": recorder.rows,
-                "load_fires": sink.fires, "unknown_fires": processor.unknown,
-                "late_effects": recorder.late_effects, "unmatched_commits": recorder.unmatched_commits}
+        meta = {
+            "worker": worker_id,
+            "pid": os.getpid(),
+            "started_at": started_at,
+            "stopped_at": time.time(),
+            "graceful": graceful,
+            "loop_error": node.loop_error,
+            "fires": recorder.rows,
+            "load_fires": sink.fires,
+            "unknown_fires": processor.unknown,
+            "late_effects": recorder.late_effects,
+            "unmatched_commits": recorder.unmatched_commits,
+        }
         rundir.node_meta(record, worker_id).write_text(json.dumps(meta, indent=2) + "\n")
     await runner.cleanup()
     try:
@@ -165,6 +203,7 @@ async def serve_node(cls, options: dict[str, Any], w, dsn: str | None, temporal_
 def _probes(dsn: str | None, temporal_address: str | None):
     probes = []
     if dsn:
+
         async def postgres() -> None:
             import psycopg
 
@@ -213,7 +252,7 @@ async def _flush(recorder, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), FLUSH_EVERY_S)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             pass
         try:
             await recorder.maybe_flush(time.time())

@@ -33,12 +33,12 @@ import asyncio
 import hmac
 import json
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from metrics.parts import HoldLog
 from schedulers.base import Fire, Outcome, Processor, Scheduler, Timer, outcomes_as_polls_finish
@@ -111,12 +111,16 @@ class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.fires = Counter("timerbench_fires", "Fires delivered to the processor", registry=self.registry)
-        self.claims = Counter("timerbench_claim_batches", "Claim batches handed to the processor", registry=self.registry)
+        self.claims = Counter(
+            "timerbench_claim_batches", "Claim batches handed to the processor", registry=self.registry
+        )
         self.armed = Counter("timerbench_timers_armed", "Timers armed through PUT /timers", registry=self.registry)
         self.effects = Counter("timerbench_effects_delivered", "Effects newly recorded", registry=self.registry)
         self.lag = Histogram(
-            "timerbench_fire_lag_seconds", "fired - max(due, armed); an early fire's is negative",
-            buckets=LAG_BUCKETS_S, registry=self.registry
+            "timerbench_fire_lag_seconds",
+            "fired - max(due, armed); an early fire's is negative",
+            buckets=LAG_BUCKETS_S,
+            registry=self.registry,
         )
         self.early = Counter("timerbench_early_fires", "Fires delivered before their due time", registry=self.registry)
         self.heartbeat_age = Gauge(
@@ -302,7 +306,9 @@ class Node:
     async def ready(self, request: web.Request) -> web.Response:
         ok, reason = await self.readiness()
         self.metrics.ready.set(1 if ok else 0)
-        return web.json_response({"status": "ready" if ok else "not ready", "reason": reason}, status=200 if ok else 503)
+        return web.json_response(
+            {"status": "ready" if ok else "not ready", "reason": reason}, status=200 if ok else 503
+        )
 
     async def prometheus(self, request: web.Request) -> web.Response:
         if not self._authorised(request):

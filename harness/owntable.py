@@ -4,9 +4,10 @@ and the one-line errors when any of that is wrong."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from harness.errors import BenchError, UsageError
 from metrics import owntable
@@ -41,10 +42,13 @@ def resolve_dsn(dsn: str | None, say: Callable[[str], None]) -> str:
 
 def guards_from(statement_timeout_s: float, lock_timeout_s: float) -> owntable.Safeguards:
     if statement_timeout_s <= 0 or lock_timeout_s <= 0:
-        raise UsageError(f"bad timeouts (--statement-timeout {statement_timeout_s:g}s, --lock-timeout "
-                         f"{lock_timeout_s:g}s); both must be positive, e.g. 5s and 1s")
-    return owntable.Safeguards(statement_timeout_ms=int(round(statement_timeout_s * 1000)),
-                               lock_timeout_ms=int(round(lock_timeout_s * 1000)))
+        raise UsageError(
+            f"bad timeouts (--statement-timeout {statement_timeout_s:g}s, --lock-timeout "
+            f"{lock_timeout_s:g}s); both must be positive, e.g. 5s and 1s"
+        )
+    return owntable.Safeguards(
+        statement_timeout_ms=int(round(statement_timeout_s * 1000)), lock_timeout_ms=int(round(lock_timeout_s * 1000))
+    )
 
 
 def open_table(dsn: str, table: str, guards: owntable.Safeguards, application_name: str) -> OpenTable:
@@ -65,19 +69,26 @@ def open_table(dsn: str, table: str, guards: owntable.Safeguards, application_na
     ref = reader.resolve(table)
     if ref is None:
         conn.close()
-        raise UsageError(f"table {table!r} not found in database {session['database']} (or not visible to role "
-                         f"{session['role']}); give --table SCHEMA.TABLE, quoting mixed-case names like "
-                         f"'\"Schema\".\"Table\"'")
+        raise UsageError(
+            f"table {table!r} not found in database {session['database']} (or not visible to role "
+            f"{session['role']}); give --table SCHEMA.TABLE, quoting mixed-case names like "
+            f'\'"Schema"."Table"\''
+        )
     if ref.relkind != "r":
         conn.close()
-        kind = {"p": "a partitioned table (inspect one of its partitions)", "v": "a view", "m": "a materialized view",
-                "f": "a foreign table"}.get(ref.relkind, f"of relkind {ref.relkind!r}")
+        kind = {
+            "p": "a partitioned table (inspect one of its partitions)",
+            "v": "a view",
+            "m": "a materialized view",
+            "f": "a foreign table",
+        }.get(ref.relkind, f"of relkind {ref.relkind!r}")
         raise UsageError(f"{ref.qualified} is {kind}; give an ordinary table")
     return OpenTable(reader, ref, session, dsn)
 
 
-def column(shape_columns: list[dict[str, Any]], name: str, option: str, categories: dict[str, str],
-           table: str) -> dict[str, Any]:
+def column(
+    shape_columns: list[dict[str, Any]], name: str, option: str, categories: dict[str, str], table: str
+) -> dict[str, Any]:
     """The column ``name`` of the table, checked against the type categories it may have."""
     found = next((c for c in shape_columns if c["name"] == name), None)
     if found is None:
@@ -98,10 +109,14 @@ def timeouts_as_errors(guards: owntable.Safeguards, table: str) -> Iterator[None
     try:
         yield
     except errors.LockNotAvailable:
-        raise BenchError(f"{table}: waited lock_timeout ({guards.lock_timeout_ms} ms) for a lock another session "
-                         f"holds (DDL on the table?) and gave up; nothing was changed; retry later or raise "
-                         f"--lock-timeout") from None
+        raise BenchError(
+            f"{table}: waited lock_timeout ({guards.lock_timeout_ms} ms) for a lock another session "
+            f"holds (DDL on the table?) and gave up; nothing was changed; retry later or raise "
+            f"--lock-timeout"
+        ) from None
     except errors.QueryCanceled:
-        raise BenchError(f"{table}: a read took longer than statement_timeout ({guards.statement_timeout_ms} ms) and "
-                         f"was cancelled; nothing was changed; raise --statement-timeout if the server can "
-                         f"afford it") from None
+        raise BenchError(
+            f"{table}: a read took longer than statement_timeout ({guards.statement_timeout_ms} ms) and "
+            f"was cancelled; nothing was changed; raise --statement-timeout if the server can "
+            f"afford it"
+        ) from None

@@ -15,7 +15,8 @@ rehearsal or your own nodes).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.errors import UsageError
 from harness.migration_run import PRIMARY_SUFFIX, SHADOW_SUFFIX
@@ -30,8 +31,9 @@ def schemas(schema: str | None, from_schema: str | None, to_schema: str | None) 
     if not (from_schema and to_schema):
         raise UsageError("name the stores: --schema S (a rehearsal's: S_p and S_s) or --from-schema A --to-schema B")
     if from_schema == to_schema:
-        raise UsageError(f"--from-schema and --to-schema are both {from_schema!r}; a store compared with itself "
-                         f"has no drift to find")
+        raise UsageError(
+            f"--from-schema and --to-schema are both {from_schema!r}; a store compared with itself has no drift to find"
+        )
     return from_schema, to_schema
 
 
@@ -49,9 +51,20 @@ async def _missing_tables(dsn: str, relations: list[str]) -> list[str]:
     return [r for r, missing in zip(relations, flags) if missing]
 
 
-async def run(from_cls, to_cls, opts: dict[str, dict], from_schema: str, to_schema: str, dsn: str | None,
-              temporal_address: str | None, *, tolerance_s: float, settle_s: float | None, repair: bool,
-              say: Callable[[str], None]) -> tuple[dict[str, Any], int]:
+async def run(
+    from_cls,
+    to_cls,
+    opts: dict[str, dict],
+    from_schema: str,
+    to_schema: str,
+    dsn: str | None,
+    temporal_address: str | None,
+    *,
+    tolerance_s: float,
+    settle_s: float | None,
+    repair: bool,
+    say: Callable[[str], None],
+) -> tuple[dict[str, Any], int]:
     """The reconcile report and the exit code: 0 no drift left, 3 drift (found, or left after
     ``repair``)."""
     from migration.reconcile import reconcile
@@ -59,21 +72,29 @@ async def run(from_cls, to_cls, opts: dict[str, dict], from_schema: str, to_sche
 
     for cls in (from_cls, to_cls):
         if not (cls.needs_postgres or cls.needs_temporal):
-            raise UsageError(f"{cls.name} keeps its timers inside the process that runs it; reconcile reads stores "
-                             f"another process can reach (Postgres or Temporal)")
-    source = create(from_cls.name, StoreContext(dsn=dsn, schema=from_schema, temporal_address=temporal_address),
-                    **opts["from"])
-    target = create(to_cls.name, StoreContext(dsn=dsn, schema=to_schema, temporal_address=temporal_address),
-                    **opts["to"])
+            raise UsageError(
+                f"{cls.name} keeps its timers inside the process that runs it; reconcile reads stores "
+                f"another process can reach (Postgres or Temporal)"
+            )
+    source = create(
+        from_cls.name, StoreContext(dsn=dsn, schema=from_schema, temporal_address=temporal_address), **opts["from"]
+    )
+    target = create(
+        to_cls.name, StoreContext(dsn=dsn, schema=to_schema, temporal_address=temporal_address), **opts["to"]
+    )
     try:
         for s, schema in ((source, from_schema), (target, to_schema)):
             gone = await _missing_tables(dsn, s.relations()) if dsn else []
             if gone:
-                raise UsageError(f"schema {schema!r} holds no {s.name} store (missing {', '.join(gone)}); give the "
-                                 f"schema of a running or kept rehearsal (its start line prints them)")
+                raise UsageError(
+                    f"schema {schema!r} holds no {s.name} store (missing {', '.join(gone)}); give the "
+                    f"schema of a running or kept rehearsal (its start line prints them)"
+                )
         settle = settle_s if settle_s is not None else default_settle_s(source, target)
-        say(f"reconcile {source.name} ({from_schema}) -> {target.name} ({to_schema}): "
-            f"{'repairing the target' if repair else 'read-only'}; drift confirmed over {settle:g} s")
+        say(
+            f"reconcile {source.name} ({from_schema}) -> {target.name} ({to_schema}): "
+            f"{'repairing the target' if repair else 'read-only'}; drift confirmed over {settle:g} s"
+        )
         report = await reconcile(source, target, settle_s=settle, repair=repair, tolerance_s=tolerance_s, say=say)
     finally:
         await asyncio.gather(source.teardown(drop=False), target.teardown(drop=False), return_exceptions=True)

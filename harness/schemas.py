@@ -76,9 +76,10 @@ class SchemaLease:
         self._conn = conn
 
     @classmethod
-    async def take(cls, dsn: str, schema: str) -> "SchemaLease":
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10,
-                                                     application_name=f"timerbench-lease {schema}")
+    async def take(cls, dsn: str, schema: str) -> SchemaLease:
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, connect_timeout=10, application_name=f"timerbench-lease {schema}"
+        )
         await conn.execute(SQL["take_lease"], {"lock_class": LOCK_CLASS, "key": _int4(lease_key(schema))})
         return cls(conn)
 
@@ -113,8 +114,10 @@ def run_schemas(dsn: str) -> list[RunSchema]:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         rows = conn.execute(SQL["run_schemas"], {"pattern": RUN_SCHEMA}).fetchall()
         held = {int(k) for (k,) in conn.execute(SQL["held_leases"], {"lock_class": LOCK_CLASS}).fetchall()}
-    return [RunSchema(name, int(size), lease_key(name) in held, (comment or "").startswith(KEPT_COMMENT))
-            for name, size, comment in rows]
+    return [
+        RunSchema(name, int(size), lease_key(name) in held, (comment or "").startswith(KEPT_COMMENT))
+        for name, size, comment in rows
+    ]
 
 
 def leftovers(dsn: str) -> list[RunSchema]:
@@ -130,8 +133,9 @@ def drop(dsn: str, schemas: list[str]) -> tuple[list[str], list[str]]:
             if not is_run_schema(name):
                 raise ValueError(f"{name!r} is not a run schema; gc drops only {RUN_SCHEMA}")
             with conn.transaction():
-                free = conn.execute(SQL["try_lease_for_drop"],
-                                    {"lock_class": LOCK_CLASS, "key": _int4(lease_key(name))}).fetchone()[0]
+                free = conn.execute(
+                    SQL["try_lease_for_drop"], {"lock_class": LOCK_CLASS, "key": _int4(lease_key(name))}
+                ).fetchone()[0]
                 if not free:
                     live.append(name)
                     continue
@@ -152,6 +156,8 @@ def check_leftovers(dsn: str, allow: bool, say) -> None:
     total = sum(s.bytes for s in found)
     what = f"{len(found)} schema(s) left by interrupted runs hold {human_bytes(total)} on this server"
     if total > LEFTOVER_LIMIT_BYTES and not allow:
-        raise UsageError(f"{what} (more than {human_bytes(LEFTOVER_LIMIT_BYTES)}, which would weigh on this "
-                         f"run's measurements); drop them with `bench env gc`, or pass --allow-leftovers")
+        raise UsageError(
+            f"{what} (more than {human_bytes(LEFTOVER_LIMIT_BYTES)}, which would weigh on this "
+            f"run's measurements); drop them with `bench env gc`, or pass --allow-leftovers"
+        )
     say(f"{what}; `bench env gc` drops them")

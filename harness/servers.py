@@ -7,13 +7,14 @@ servers of :mod:`harness.stack`, started on demand.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from harness.errors import BenchError, UsageError
 
 
-def resolve_servers(classes, dsn: str | None, temporal_address: str | None,
-                    say: Callable[[str], None] = print) -> tuple[str | None, str | None]:
+def resolve_servers(
+    classes, dsn: str | None, temporal_address: str | None, say: Callable[[str], None] = print
+) -> tuple[str | None, str | None]:
     """The DSN and Temporal address the given scheduler classes need."""
     from harness import stack
 

@@ -58,11 +58,26 @@ DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend wh
 
 
 class RunSession:
-    def __init__(self, cls, options, workload, dsn, temporal_address, out_dir: Path, keep: bool, argv: list[str], *,
-                 nodes: int | None = None, arm_load_per_s: float | None = None, fault_specs=(),
-                 label: str | None = None, sample_every_s: float | None = None,
-                 temporal_metrics: str | None = None, checkpoint: str = "window",
-                 calibrates: float | None = None) -> None:
+    def __init__(
+        self,
+        cls,
+        options,
+        workload,
+        dsn,
+        temporal_address,
+        out_dir: Path,
+        keep: bool,
+        argv: list[str],
+        *,
+        nodes: int | None = None,
+        arm_load_per_s: float | None = None,
+        fault_specs=(),
+        label: str | None = None,
+        sample_every_s: float | None = None,
+        temporal_metrics: str | None = None,
+        checkpoint: str = "window",
+        calibrates: float | None = None,
+    ) -> None:
         self.cls = cls
         self.options = options
         self.w = workload
@@ -140,8 +155,18 @@ class RunSession:
 
         if not self.nodes:
             return InProcessWorkers()
-        return NodeWorkers(self.nodes, self.cls.name, self.options, self.cls.default_options, self.w, self.schema,
-                           self.dsn, self.temporal_address, self.run_dir, self.say)
+        return NodeWorkers(
+            self.nodes,
+            self.cls.name,
+            self.options,
+            self.cls.default_options,
+            self.w,
+            self.schema,
+            self.dsn,
+            self.temporal_address,
+            self.run_dir,
+            self.say,
+        )
 
     def _environment(self, pg: dict[str, Any]) -> dict[str, Any]:
         import psutil
@@ -189,8 +214,9 @@ class RunSession:
             "load": self.load,
             # bench calibrate: this memory run is the harness's own ceiling for runs of the same
             # workload shape at ``for_rate`` (reports.harness_ceiling)
-            "calibration": None if self.calibrates is None else {
-                "for_rate": self.calibrates, "factor": round((self.w.rate_per_s or 0.0) / self.calibrates, 3)},
+            "calibration": None
+            if self.calibrates is None
+            else {"for_rate": self.calibrates, "factor": round((self.w.rate_per_s or 0.0) / self.calibrates, 3)},
         }
 
     def _write_config(self) -> None:
@@ -210,9 +236,12 @@ class RunSession:
         self._lock_fd = rundir.hold_run_lock(self.run_dir)
         stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(self.started_at))
         self.schema = f"run_{stamp}_{secrets.token_hex(3)}"
-        self.window = {"arm_start": self.started_at, "measure_start": self.started_at + (self.w.warmup_s or 0.0),
-                       "measure_end": self.started_at + (self.w.warmup_s or 0.0) + self.w.duration_s,
-                       "drain_limit_s": self.w.drain_limit_s}
+        self.window = {
+            "arm_start": self.started_at,
+            "measure_start": self.started_at + (self.w.warmup_s or 0.0),
+            "measure_end": self.started_at + (self.w.warmup_s or 0.0) + self.w.duration_s,
+            "drain_limit_s": self.w.drain_limit_s,
+        }
         self.load: dict[str, Any] = {}
         self.environment = self._environment({})
         self._write_config()
@@ -232,8 +261,9 @@ class RunSession:
             if self.w.warmup_s is None:  # one maximum interval: every trigger re-arms before the window
                 self.w.warmup_s = interval_max_s
             self.load.update(periodic_triggers=int(periodic.sum()), interval_max_s=interval_max_s)
-            ctx = StoreContext(dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address,
-                               state_bytes=self.w.state_bytes)
+            ctx = StoreContext(
+                dsn=self.dsn, schema=self.schema, temporal_address=self.temporal_address, state_bytes=self.w.state_bytes
+            )
             # a backend that sizes itself (temporal_shards' initial shard count) learns the population
             self.expected_timers = len(population)
             self.options = with_expected_timers(getattr(self.cls, "default_options", {}), self.options, len(population))
@@ -281,13 +311,13 @@ class RunSession:
     async def _measure(self, scheduler, population) -> int:
         from loadgen.processor import PollingProcessor
         from metrics.recorder import FireRecorder
-        from metrics.sampler import Sampler
 
         w = self.w
         # The processor exists before the workers (nodes report their progress into it); its
         # recorder's window is fixed once the workers are ready, just before arming.
-        self.recorder = FireRecorder(self.run_dir / rundir.SEGMENTS_DIR, self.window["measure_start"],
-                                     self.window["measure_end"])
+        self.recorder = FireRecorder(
+            self.run_dir / rundir.SEGMENTS_DIR, self.window["measure_start"], self.window["measure_end"]
+        )
         self.processor = PollingProcessor(w, population, self.recorder)
         self.workers = self._make_workers()
         await self._until_interrupted(self.workers.start(scheduler, self.processor))
@@ -298,8 +328,9 @@ class RunSession:
             await self.arm_load.start(self.workers.url(), w.warmup_s + w.duration_s)
         now = time.time()
         arm_start = now + ARM_LEAD_S
-        self.window.update(arm_start=arm_start, measure_start=arm_start + w.warmup_s,
-                           measure_end=arm_start + w.warmup_s + w.duration_s)
+        self.window.update(
+            arm_start=arm_start, measure_start=arm_start + w.warmup_s, measure_end=arm_start + w.warmup_s + w.duration_s
+        )
         self.recorder.measure_start = self.window["measure_start"]
         self.recorder.measure_end = self.window["measure_end"]
         await self.workers.stop_rearming_at(self.window["measure_end"])  # the drain re-arms nothing
@@ -314,23 +345,34 @@ class RunSession:
         if self.fault_specs:
             from harness.faults import FaultInjector
 
-            self.faults = FaultInjector(self.fault_specs, workers=self.workers, processor=self.processor,
-                                        window=self.window, run_dir=self.run_dir, dsn=self.dsn,
-                                        temporal_address=self.temporal_address,
-                                        max_lag_s=scheduler.capabilities.max_lag_s, say=self.say)
+            self.faults = FaultInjector(
+                self.fault_specs,
+                workers=self.workers,
+                processor=self.processor,
+                window=self.window,
+                run_dir=self.run_dir,
+                dsn=self.dsn,
+                temporal_address=self.temporal_address,
+                max_lag_s=scheduler.capabilities.max_lag_s,
+                say=self.say,
+            )
         tasks["run"] = asyncio.create_task(self.workers.run(stop))
         tasks["arm"] = asyncio.create_task(self._arm(scheduler, population, arm_start, remaining))
         sampler_stop = asyncio.Event()
-        helpers = [asyncio.create_task(self.sampler.loop(sampler_stop)),
-                   asyncio.create_task(self._status(sampler_stop)),
-                   asyncio.create_task(self._flush(sampler_stop))]
+        helpers = [
+            asyncio.create_task(self.sampler.loop(sampler_stop)),
+            asyncio.create_task(self._status(sampler_stop)),
+            asyncio.create_task(self._flush(sampler_stop)),
+        ]
         edges = asyncio.create_task(self._window_edges())
         if self.faults is not None:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
-        self.say(f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
-                 f"{w.cadence} cadence, warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s, "
-                 f"then a drain of at most {w.drain_limit_s:g} s")
+        self.say(
+            f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
+            f"{w.cadence} cadence, warm-up {w.warmup_s:g} s, measured {w.duration_s:g} s, "
+            f"then a drain of at most {w.drain_limit_s:g} s"
+        )
         code = 0
         try:
             deadline = asyncio.ensure_future(asyncio.sleep(max(0.0, self.window["measure_end"] - time.time())))
@@ -353,7 +395,9 @@ class RunSession:
                 if t in done and t.exception() is not None:
                     exc = t.exception()
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    self.incomplete_reason = f"{'scheduler' if name == 'run' else 'arming'} crashed: {type(exc).__name__}: {first}"
+                    self.incomplete_reason = (
+                        f"{'scheduler' if name == 'run' else 'arming'} crashed: {type(exc).__name__}: {first}"
+                    )
                     code = 1
                 elif name == "run" and t in done:
                     self.incomplete_reason = "the scheduler's run loop returned before stop was set"
@@ -375,7 +419,7 @@ class RunSession:
                 await self.arm_load.stop()  # before the nodes it arms through stop
             try:
                 await asyncio.wait_for(asyncio.shield(tasks["run"]), GRACEFUL_STOP_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 tasks["run"].cancel()
                 self.say(f"warning: the run loop did not stop within {GRACEFUL_STOP_S:g} s; cancelled it")
             except BaseException:
@@ -393,9 +437,9 @@ class RunSession:
 
     async def _make_sampler(self, scheduler):
         """The sampler, told which measurement extensions and servers this run can use."""
+        from harness import stack
         from metrics.extensions import extensions
         from metrics.sampler import Sampler
-        from harness import stack
 
         unavailable = self.measurement["unavailable"]
         usable: dict[str, str] = {}
@@ -415,9 +459,18 @@ class RunSession:
             pg = stack.postgres()
             embedded_pg = pg.running() and self.dsn == pg.dsn()
         servers = [self._temporal_watch()] if self.temporal_address else []
-        return Sampler(scheduler, self.recorder, self.dsn, self.run_dir, claimed=self.workers.claimed_timers,
-                       extensions=usable, servers=servers, gauges=self._gauges, reset_statements=embedded_pg,
-                       **({} if self.sample_every_s is None else {"every_s": self.sample_every_s}))
+        return Sampler(
+            scheduler,
+            self.recorder,
+            self.dsn,
+            self.run_dir,
+            claimed=self.workers.claimed_timers,
+            extensions=usable,
+            servers=servers,
+            gauges=self._gauges,
+            reset_statements=embedded_pg,
+            **({} if self.sample_every_s is None else {"every_s": self.sample_every_s}),
+        )
 
     def _temporal_watch(self):
         """The Temporal server as the sampler watches it: the embedded dev server's process, its
@@ -428,14 +481,22 @@ class RunSession:
         dev = stack.temporal()
         if dev.running() and self.temporal_address == dev.address():
             # the pid file is read each time: a restart (a fault) starts a new process
-            return ServerWatch("temporal", roots=lambda: [p for p in (dev.pid(),) if p], files=dev.db_files(),
-                               metrics_url=self.temporal_metrics or dev.metrics_url())
-        why = (f"the Temporal server at {self.temporal_address} is not the embedded dev server, so its processes' "
-               f"disk writes and its files are not measured")
+            return ServerWatch(
+                "temporal",
+                roots=lambda: [p for p in (dev.pid(),) if p],
+                files=dev.db_files(),
+                metrics_url=self.temporal_metrics or dev.metrics_url(),
+            )
+        why = (
+            f"the Temporal server at {self.temporal_address} is not the embedded dev server, so its processes' "
+            f"disk writes and its files are not measured"
+        )
         unavailable = {"process": why}
         if not self.temporal_metrics:
-            unavailable["metrics"] = ("no metrics endpoint for the Temporal server at "
-                                      f"{self.temporal_address}; pass --temporal-metrics http://host:port/metrics")
+            unavailable["metrics"] = (
+                "no metrics endpoint for the Temporal server at "
+                f"{self.temporal_address}; pass --temporal-metrics http://host:port/metrics"
+            )
         return ServerWatch("temporal", metrics_url=self.temporal_metrics, unavailable=unavailable)
 
     def _gauges(self, t: float) -> dict[str, float]:
@@ -456,8 +517,11 @@ class RunSession:
         if self.dsn and self.checkpoint == "off":
             self.window["checkpoint"] = {"mode": "off"}
         elif self.dsn:
-            self.window["checkpoint"] = {"mode": self.checkpoint, "requested_at": time.time(),
-                                         **await self.sampler.checkpoint()}
+            self.window["checkpoint"] = {
+                "mode": self.checkpoint,
+                "requested_at": time.time(),
+                **await self.sampler.checkpoint(),
+            }
             if self.window["checkpoint"]["error"]:
                 self.measurement["unavailable"]["checkpoint"] = self.window["checkpoint"]["error"]
         await asyncio.sleep(max(0.0, start - time.time()))
@@ -540,7 +604,7 @@ class RunSession:
         ids, tenants = population.ids, population.tenants
         step = max(1, int(self.w.arm_batch))
         for lo in range(0, len(order), step):
-            idx = order[lo:lo + step]
+            idx = order[lo : lo + step]
             fire_at = np.round(due[idx], 6)
             timers = [Timer(ids[i], f, "poll", tenants[i]) for i, f in zip(idx.tolist(), fire_at.tolist())]
             armed_at = time.time()
@@ -557,7 +621,7 @@ class RunSession:
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), FLUSH_EVERY_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass
             await self.recorder.maybe_flush(time.time())
 
@@ -567,7 +631,7 @@ class RunSession:
             try:
                 await asyncio.wait_for(stop.wait(), STATUS_EVERY_S)
                 return
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass
             await self.workers.progress()
             now = time.time()
@@ -576,12 +640,17 @@ class RunSession:
             last_rows, last_t = rows, now
             latest = self.sampler.latest
             line = out.status_line(
-                elapsed_s=now - self.window["arm_start"], measuring=now >= self.window["measure_start"],
-                target=self.w.rate_per_s, achieved=rate, lag_p50_ms=latest.get(("run", "lag_p50_ms")),
+                elapsed_s=now - self.window["arm_start"],
+                measuring=now >= self.window["measure_start"],
+                target=self.w.rate_per_s,
+                achieved=rate,
+                lag_p50_ms=latest.get(("run", "lag_p50_ms")),
                 lag_p99_ms=latest.get(("run", "lag_p99_ms")),
                 overdue=len(self.processor.outstanding(now - self.w.on_time_s)),
                 dead=self.sampler.relation_total("n_dead_tup"),
-                toast_dead=self.sampler.relation_total("n_dead_tup", toast=True), hot=self.sampler.relation_ratio())
+                toast_dead=self.sampler.relation_total("n_dead_tup", toast=True),
+                hot=self.sampler.relation_ratio(),
+            )
             self.say(line + self.workers.status() + self.status_extra())
 
     async def _finish(self, scheduler) -> None:
@@ -604,8 +673,12 @@ class RunSession:
             self.window["held_asked"] = held is not None
             undelivered = self.processor.undelivered_table(cutoff, self.window["measure_start"], held)
             skipped = self.workers.skipped_due()
-            self.load.update(skipped_periods=int(len(skipped)), skipped_periods_in_window=int(
-                ((skipped >= self.window["measure_start"]) & (skipped < self.window["measure_end"])).sum()))
+            self.load.update(
+                skipped_periods=int(len(skipped)),
+                skipped_periods_in_window=int(
+                    ((skipped >= self.window["measure_start"]) & (skipped < self.window["measure_end"])).sum()
+                ),
+            )
             try:
                 await self.sampler.bloat()  # pgstattuple, before the schema goes
             except Exception as exc:
@@ -676,8 +749,10 @@ class RunSession:
         try:
             timers = await asyncio.wait_for(scheduler.export_armed(), EXPORT_TIMEOUT_S)
         except Exception as exc:
-            self.say(f"warning: could not ask {self.cls.name} what it still holds ({type(exc).__name__}: {exc}); "
-                     f"undelivered fires count as pending, lost is not judged")
+            self.say(
+                f"warning: could not ask {self.cls.name} what it still holds ({type(exc).__name__}: {exc}); "
+                f"undelivered fires count as pending, lost is not judged"
+            )
             return None
         # a timer armed with fire_at None is held as due now: any undelivered due is at or after it
         return {t.id: (-math.inf if t.fire_at is None else float(t.fire_at)) for t in timers}

@@ -186,7 +186,7 @@ def redact_argv(args: list[str]) -> list[str]:
         elif prev == "--token":
             a = "***"
         elif a.startswith("--dsn="):
-            a = "--dsn=" + redact_dsn(a[len("--dsn="):])
+            a = "--dsn=" + redact_dsn(a[len("--dsn=") :])
         elif a.startswith("--token="):
             a = "--token=***"
         out.append(a)
@@ -383,16 +383,28 @@ class Postgres:
                 return None
             self._kill_foreign()
             shutil.rmtree(self.data)
-            note = (f"{self.data} was made by Postgres {found}; it held only scratch schemas, so it was "
-                    f"replaced by a new Postgres {wanted} cluster")
+            note = (
+                f"{self.data} was made by Postgres {found}; it held only scratch schemas, so it was "
+                f"replaced by a new Postgres {wanted} cluster"
+            )
         if self.data.exists():
             shutil.rmtree(self.data)  # a half-made data dir from an interrupted initdb
         res = self._cmd(
-            [str(bindir / "initdb"), "-D", str(self.data), "-U", PG_USER, "--auth=trust",
-             "--encoding=UTF8", "--no-instructions"]
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                PG_USER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+            ]
         )
         if res.returncode != 0:
-            raise BenchError(f"initdb failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
+            raise BenchError(
+                f"initdb failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
+            )
         with open(self.data / "postgresql.conf", "a") as f:
             f.write("\ninclude_if_exists = 'timerbench.conf'\n")
         return note
@@ -615,10 +627,22 @@ class TemporalDev:
         if not metrics_port or not port_is_free(metrics_port):
             metrics_port = free_port()
         args = [
-            str(temporal_binary()), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(port), "--headless",
-            "--db-filename", str(self.db), "--log-level", "warn",
-            "--http-port", str(free_port()), "--metrics-port", str(metrics_port),
+            str(temporal_binary()),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--headless",
+            "--db-filename",
+            str(self.db),
+            "--log-level",
+            "warn",
+            "--http-port",
+            str(free_port()),
+            "--metrics-port",
+            str(metrics_port),
         ]
         for pragma in TEMPORAL_PRAGMAS:
             args += ["--sqlite-pragma", pragma]
@@ -708,9 +732,20 @@ def _namespace_ready(address: str) -> bool:
     """
     try:
         res = subprocess.run(
-            [str(temporal_binary()), "operator", "namespace", "describe", "--namespace", "default",
-             "--address", address, "-o", "json"],
-            capture_output=True, timeout=5,
+            [
+                str(temporal_binary()),
+                "operator",
+                "namespace",
+                "describe",
+                "--namespace",
+                "default",
+                "--address",
+                address,
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            timeout=5,
         )
     except (subprocess.TimeoutExpired, OSError):
         return False

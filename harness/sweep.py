@@ -15,15 +15,25 @@ Markdown reports (``bench report`` of the sweep's runs, with a sweep section) co
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.child import bench_run
 from harness.errors import BenchError
 from harness.stack import redact_argv
-from harness.sweep_rule import (MAX_LAG, RATE_HELD_SHARE, WARMUP_MAX_LAG_FACTOR, judge, max_sustainable, rate_key,
-                                slo_for, warmup_for, writes_per_fire)
+from harness.sweep_rule import (
+    MAX_LAG,
+    RATE_HELD_SHARE,
+    WARMUP_MAX_LAG_FACTOR,
+    judge,
+    max_sustainable,
+    rate_key,
+    slo_for,
+    warmup_for,
+    writes_per_fire,
+)
 from metrics import rundir
 
 # Short defaults so a sweep of every backend finishes in minutes on a 2-core machine.
@@ -79,8 +89,11 @@ def default_warmup_s(workload: str | None, extra_args: list[str]) -> float:
 
 
 def workload_args(plan: SweepPlan) -> list[str]:
-    return (["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS] if plan.workload is None
-            else ["--workload", plan.workload])
+    return (
+        ["--workload", DEFAULT_WORKLOAD, *DEFAULT_WORKLOAD_ARGS]
+        if plan.workload is None
+        else ["--workload", plan.workload]
+    )
 
 
 def run_args(plan: SweepPlan) -> list[str]:
@@ -114,27 +127,39 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
         "retries": plan.retries,
         "duration": plan.duration,
         "warmup": plan.warmup or f"{plan.warmup_s:g}s",
-        "warmup_rule": (f"each backend warms up for --warmup (default: one maximum interval of the workload) or "
-                        f"{WARMUP_MAX_LAG_FACTOR:g} x its declared max lag, whichever is longer (backends[name].warmup_s)"),
-        "workload": {"args": workload_args_ + list(plan.extra_args),
-                     "note": " ".join(["preset", DEFAULT_WORKLOAD, "(poll intervals 10s..20s, 2 ms provider)",
-                                       *DEFAULT_WORKLOAD_ARGS] if plan.workload is None else [plan.workload]) + extra},
+        "warmup_rule": (
+            f"each backend warms up for --warmup (default: one maximum interval of the workload) or "
+            f"{WARMUP_MAX_LAG_FACTOR:g} x its declared max lag, whichever is longer (backends[name].warmup_s)"
+        ),
+        "workload": {
+            "args": workload_args_ + list(plan.extra_args),
+            "note": " ".join(
+                ["preset", DEFAULT_WORKLOAD, "(poll intervals 10s..20s, 2 ms provider)", *DEFAULT_WORKLOAD_ARGS]
+                if plan.workload is None
+                else [plan.workload]
+            )
+            + extra,
+        },
         "run_args": redact_argv(passthrough),
-        "rule": (f"rates in ascending order; a backend stops at the first rate not held: incomplete run, "
-                 f"a broken correctness promise (a lost fire, a duplicate keyed effect), achieved < "
-                 f"{100 * RATE_HELD_SHARE:.0f}% of the offered rate (fires due in the window per second) or offered < "
-                 f"{100 * RATE_HELD_SHARE:.0f}% of the target, or p99 lag over every fire due in the window "
-                 f"(undelivered ones infinitely late) over the backend's SLO ({plan.slo_spec}); a rate not held is run again "
-                 f"up to {plan.retries} more time(s) and counts as held if any run held. Maximum sustainable rate: the "
-                 f"last rate held."),
+        "rule": (
+            f"rates in ascending order; a backend stops at the first rate not held: incomplete run, "
+            f"a broken correctness promise (a lost fire, a duplicate keyed effect), achieved < "
+            f"{100 * RATE_HELD_SHARE:.0f}% of the offered rate (fires due in the window per second) or offered < "
+            f"{100 * RATE_HELD_SHARE:.0f}% of the target, or p99 lag over every fire due in the window "
+            f"(undelivered ones infinitely late) over the backend's SLO ({plan.slo_spec}); a rate not held is run again "
+            f"up to {plan.retries} more time(s) and counts as held if any run held. Maximum sustainable rate: the "
+            f"last rate held."
+        ),
         "pgbench": None,
         "backends": {},
     }
     path = sweep_dir / rundir.SWEEP
     rundir.write_json(path, data)
-    echo(f"sweep {sweep_dir}: {', '.join(plan.names)} at {', '.join(rate_key(r) for r in plan.rates)} fires/s; "
-         f"workload: {data['workload']['note']}; {plan.duration} measured + {plan.warmup or f'{plan.warmup_s:g}s'} "
-         f"warm-up per rate\n")
+    echo(
+        f"sweep {sweep_dir}: {', '.join(plan.names)} at {', '.join(rate_key(r) for r in plan.rates)} fires/s; "
+        f"workload: {data['workload']['note']}; {plan.duration} measured + {plan.warmup or f'{plan.warmup_s:g}s'} "
+        f"warm-up per rate\n"
+    )
 
     data["pgbench"] = pgbench_ceiling(plan.pgbench, plan.dsn, plan.pgbench_s, sweep_dir, echo)
     rundir.write_json(path, data)
@@ -146,17 +171,30 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
         max_lag_s = declared_max_lag_s(name, None)
         backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides, max_lag_s)
         backend_warmup_s = warmup_for(plan.warmup_s, max_lag_s)
-        backend: dict[str, Any] = {"rates": {}, "max_sustainable_rate": None, "stopped_at": None, "stop_reason": None,
-                                   "fraction_of_ceiling": None, "slo_p99_ms": backend_slo_ms, "slo_source": slo_source,
-                                   "declared_max_lag_s": max_lag_s, "warmup_s": backend_warmup_s}
+        backend: dict[str, Any] = {
+            "rates": {},
+            "max_sustainable_rate": None,
+            "stopped_at": None,
+            "stop_reason": None,
+            "fraction_of_ceiling": None,
+            "slo_p99_ms": backend_slo_ms,
+            "slo_source": slo_source,
+            "declared_max_lag_s": max_lag_s,
+            "warmup_s": backend_warmup_s,
+        }
         data["backends"][name] = backend
         entries: list[dict[str, Any]] = []
         for rate in plan.rates:
             earlier: list[dict[str, Any]] = []  # attempts before the last (retries of a rate not held)
             for attempt in range(1 + plan.retries):
                 again = f" (retry {attempt} of {plan.retries})" if attempt else ""
-                child = bench_run(name, sweep_dir, ["--rate", f"{rate:g}/s", "--warmup", f"{backend_warmup_s:g}s",
-                                                    *passthrough], echo, label=f"{name} at {rate:g}/s{again}: ")
+                child = bench_run(
+                    name,
+                    sweep_dir,
+                    ["--rate", f"{rate:g}/s", "--warmup", f"{backend_warmup_s:g}s", *passthrough],
+                    echo,
+                    label=f"{name} at {rate:g}/s{again}: ",
+                )
                 interrupted = child.interrupted
                 summary = None
                 if child.run_dir is not None:
@@ -166,12 +204,20 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
                     except (OSError, ValueError):
                         summary = None
                 if child.exit_code != 0:
-                    failures.append(FailedRun(name, child.command, child.exit_code, "\n".join(child.tail),
-                                              str(child.run_dir) if child.run_dir else None))
+                    failures.append(
+                        FailedRun(
+                            name,
+                            child.command,
+                            child.exit_code,
+                            "\n".join(child.tail),
+                            str(child.run_dir) if child.run_dir else None,
+                        )
+                    )
                 if child.run_dir is not None and plan.slo_overrides.get(name) == MAX_LAG:
                     # the bound of the options the run really used (--opt may change it)
-                    backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides,
-                                                         declared_max_lag_s(name, child.run_dir))
+                    backend_slo_ms, slo_source = slo_for(
+                        name, plan.slo_ms, plan.slo_overrides, declared_max_lag_s(name, child.run_dir)
+                    )
                     backend.update(slo_p99_ms=backend_slo_ms, slo_source=slo_source)
                 held, why = judge(summary, rate, backend_slo_ms, child.exit_code)
                 entry = _entry(rate, child.run_dir, child.exit_code, summary, held, why)
@@ -247,7 +293,9 @@ def declared_max_lag_s(name: str, run_dir: Path | None) -> float | None:
     return None
 
 
-def _entry(rate: float, made: Path | None, code: int, summary: dict[str, Any] | None, held: bool, why: str | None) -> dict[str, Any]:
+def _entry(
+    rate: float, made: Path | None, code: int, summary: dict[str, Any] | None, held: bool, why: str | None
+) -> dict[str, Any]:
     s = summary or {}
     lag = s.get("lag_ms") or {}
     return {
@@ -269,8 +317,9 @@ def _entry(rate: float, made: Path | None, code: int, summary: dict[str, Any] | 
     }
 
 
-def pgbench_ceiling(enabled: bool, dsn: str | None, duration_s: float, out_dir: Path,
-                    echo: Callable[[str], None]) -> dict[str, Any]:
+def pgbench_ceiling(
+    enabled: bool, dsn: str | None, duration_s: float, out_dir: Path, echo: Callable[[str], None]
+) -> dict[str, Any]:
     """The pgbench ceiling as sweep.json (and capacity.json) hold it; ``skipped`` says why when
     there is none."""
     if not enabled:
@@ -286,15 +335,22 @@ def pgbench_ceiling(enabled: bool, dsn: str | None, duration_s: float, out_dir: 
         bin_dir = stack.pg_bin_dir()
     except BenchError:
         bin_dir = None
-    ceiling = pgbench.measure(resolved, pgbench.find_pgbench(bin_dir), out_dir, duration_s=duration_s,
-                              say=lambda m: echo(f"== {m}\n"))
+    ceiling = pgbench.measure(
+        resolved, pgbench.find_pgbench(bin_dir), out_dir, duration_s=duration_s, say=lambda m: echo(f"== {m}\n")
+    )
     result = ceiling.to_json()
     result["command"] = redact_argv(result.get("command") or [])
     if ceiling.skipped:
         echo(f"== pgbench ceiling skipped: {ceiling.skipped}\n")
     else:
         for r in ceiling.results:
-            echo(f"== pgbench batch {r.batch}: " + (f"error: {r.error}" if r.error else
-                 f"{r.tps:,.1f} tps x {r.batch} = {r.tps_x_batch:,.0f} rows/s; re-armed {r.rearmed_per_s:,.0f} rows/s")
-                 + "\n")
+            echo(
+                f"== pgbench batch {r.batch}: "
+                + (
+                    f"error: {r.error}"
+                    if r.error
+                    else f"{r.tps:,.1f} tps x {r.batch} = {r.tps_x_batch:,.0f} rows/s; re-armed {r.rearmed_per_s:,.0f} rows/s"
+                )
+                + "\n"
+            )
     return result

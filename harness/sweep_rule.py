@@ -3,13 +3,11 @@ maximum sustainable rate is, the SLO each backend is judged by."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from metrics.rundir import EXIT_INCORRECT, NOT_DELIVERED, RATE_HELD_SHARE  # 95%: of offered, and offered of target
 
 DEFAULT_RATES = "300,556,1000,2000,5000"
-
 
 
 # A backend that batches due timers for up to its max lag (temporal_shards: MaxLag 10 s,
@@ -66,15 +64,19 @@ def parse_slo(text: str) -> tuple[float, dict[str, float | str]]:
             try:
                 parsed = parse_duration(target) * 1000.0
             except ValueError:
-                raise ValueError(f"invalid --slo-p99 part {part!r}; use a duration (1s, 250ms), "
-                                 f"NAME=duration or NAME={MAX_LAG}, comma-separated") from None
+                raise ValueError(
+                    f"invalid --slo-p99 part {part!r}; use a duration (1s, 250ms), "
+                    f"NAME=duration or NAME={MAX_LAG}, comma-separated"
+                ) from None
             if parsed <= 0:
                 raise ValueError(f"invalid --slo-p99 part {part!r}: the SLO must be positive")
         if eq:
             overrides[name.strip()] = parsed
         elif parsed == MAX_LAG:
-            raise ValueError(f"invalid --slo-p99 {text!r}: the first part is the SLO for every backend, "
-                             f"a duration such as 1s; {MAX_LAG} goes with a name (temporal_shards={MAX_LAG})")
+            raise ValueError(
+                f"invalid --slo-p99 {text!r}: the first part is the SLO for every backend, "
+                f"a duration such as 1s; {MAX_LAG} goes with a name (temporal_shards={MAX_LAG})"
+            )
         else:
             default_ms = float(parsed)
     if default_ms is None:
@@ -82,7 +84,9 @@ def parse_slo(text: str) -> tuple[float, dict[str, float | str]]:
     return default_ms, overrides
 
 
-def slo_for(name: str, default_ms: float, overrides: dict[str, float | str], max_lag_s: float | None) -> tuple[float, str]:
+def slo_for(
+    name: str, default_ms: float, overrides: dict[str, float | str], max_lag_s: float | None
+) -> tuple[float, str]:
     """(p99 SLO in ms, where it comes from) for one backend."""
     value = overrides.get(name)
     if value is None:
@@ -106,7 +110,9 @@ def writes_per_fire(summary: dict[str, Any]) -> float | None:
     return float(sum(p or 0.0 for p in parts))
 
 
-def judge(summary: dict[str, Any] | None, target: float, slo_p99_ms: float, exit_code: int = 0) -> tuple[bool, str | None]:
+def judge(
+    summary: dict[str, Any] | None, target: float, slo_p99_ms: float, exit_code: int = 0
+) -> tuple[bool, str | None]:
     """(held, why not). The order of the reasons is the order they are checked.
 
     A rate is held when the run completed, kept its correctness promise (0 lost fires, 0
@@ -128,8 +134,10 @@ def judge(summary: dict[str, Any] | None, target: float, slo_p99_ms: float, exit
     if summary.get("rate_held") is not True:
         got = "nothing" if achieved is None else f"{achieved:,.1f}/s"
         of = "?" if offered is None else f"{offered:,.1f}/s"
-        return False, (f"rate not held: achieved {got} of {of} offered, target {target:,.0f}/s "
-                       f"(needs {100 * RATE_HELD_SHARE:.0f}% of offered, and offered {100 * RATE_HELD_SHARE:.0f}% of target)")
+        return False, (
+            f"rate not held: achieved {got} of {of} offered, target {target:,.0f}/s "
+            f"(needs {100 * RATE_HELD_SHARE:.0f}% of offered, and offered {100 * RATE_HELD_SHARE:.0f}% of target)"
+        )
     p99 = (summary.get("lag_ms") or {}).get("p99")
     if p99 is None:
         return False, "no lag measured"

@@ -37,9 +37,10 @@ import signal
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -209,9 +210,19 @@ class NodeWorkers(Workers):
 
     scheduler = None  # the claims are the nodes' own (claimed_timers below)
 
-    def __init__(self, count: int, scheduler_name: str, options: dict[str, Any], default_options: dict[str, Any],
-                 workload, schema: str, dsn: str | None, temporal_address: str | None, run_dir: Path,
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        count: int,
+        scheduler_name: str,
+        options: dict[str, Any],
+        default_options: dict[str, Any],
+        workload,
+        schema: str,
+        dsn: str | None,
+        temporal_address: str | None,
+        run_dir: Path,
+        say: Callable[[str], None],
+    ) -> None:
         self.count = count
         self.scheduler_name = scheduler_name
         self.options = {k: v for k, v in options.items() if k in default_options}
@@ -253,16 +264,32 @@ class NodeWorkers(Workers):
 
     async def _spawn(self, worker_id: str) -> None:
         port = free_port()
-        argv = [sys.executable, "-m", "bench.cli", "serve", "--scheduler", self.scheduler_name, "--port", str(port),
-                "--schema", self.schema, "--workload", str(rundir.node_workload(self.nodes_dir)),
-                "--worker-id", worker_id, "--record", str(self.nodes_dir)]
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "serve",
+            "--scheduler",
+            self.scheduler_name,
+            "--port",
+            str(port),
+            "--schema",
+            self.schema,
+            "--workload",
+            str(rundir.node_workload(self.nodes_dir)),
+            "--worker-id",
+            worker_id,
+            "--record",
+            str(self.nodes_dir),
+        ]
         for k, v in self.options.items():
             argv += ["--opt", f"{k}={v}"]
         if self.temporal_address:
             argv += ["--temporal-address", self.temporal_address]
         with open(rundir.node_log(self.nodes_dir, worker_id), "ab") as log:
-            proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                                                        env=self.env(), start_new_session=True)
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self.env(), start_new_session=True
+            )
         self.procs[worker_id] = proc
         self.urls[worker_id] = f"http://127.0.0.1:{port}"
 
@@ -295,8 +322,9 @@ class NodeWorkers(Workers):
             for wid in sorted(pending):
                 proc = self.procs[wid]
                 if proc.returncode is not None:
-                    raise RuntimeError(f"node {wid} exited with {proc.returncode} before it was ready: "
-                                       f"{self._log_tail(wid)}")
+                    raise RuntimeError(
+                        f"node {wid} exited with {proc.returncode} before it was ready: {self._log_tail(wid)}"
+                    )
                 try:
                     async with self._session.get(f"{self.urls[wid]}/health/ready") as r:
                         if r.status == 200:
@@ -306,8 +334,9 @@ class NodeWorkers(Workers):
             if not pending:
                 return
             if time.time() > deadline:
-                raise RuntimeError(f"nodes {sorted(pending)} not ready after {READY_TIMEOUT_S:g} s "
-                                   f"(see {self.nodes_dir}/node-*.log)")
+                raise RuntimeError(
+                    f"nodes {sorted(pending)} not ready after {READY_TIMEOUT_S:g} s (see {self.nodes_dir}/node-*.log)"
+                )
             await asyncio.sleep(READY_POLL_S)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -316,7 +345,7 @@ class NodeWorkers(Workers):
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), PROGRESS_EVERY_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass
             await self.progress(force=True)
             if self._alive():
@@ -324,8 +353,7 @@ class NodeWorkers(Workers):
             elif all_gone_since is None:
                 all_gone_since = time.time()
             elif time.time() - all_gone_since > NODES_GONE_S:
-                raise RuntimeError(f"all {len(self.procs)} nodes exited "
-                                   f"(last: {self._log_tail(list(self.procs)[-1])})")
+                raise RuntimeError(f"all {len(self.procs)} nodes exited (last: {self._log_tail(list(self.procs)[-1])})")
         await self.progress(force=True)  # the last live view, for nodes that die on stop
 
     async def kill(self, mid_batch_wait_s: float = 0.0) -> Killed:
@@ -350,7 +378,7 @@ class NodeWorkers(Workers):
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             await asyncio.wait_for(done.wait(), seconds)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             pass
         finally:
             os.kill(proc.pid, signal.SIGCONT)
@@ -424,7 +452,7 @@ class NodeWorkers(Workers):
                     continue
                 try:
                     await asyncio.wait_for(p.wait(), NODE_STOP_S)
-                except (TimeoutError, asyncio.TimeoutError):
+                except TimeoutError:
                     self.say(f"warning: node {wid} did not stop within {NODE_STOP_S:g} s; killed it")
                     p.kill()
                     await p.wait()
@@ -455,14 +483,18 @@ class NodeWorkers(Workers):
         for wid, p in self.procs.items():
             meta_path = rundir.node_meta(self.nodes_dir, wid)
             if not meta_path.exists():
-                extra["warnings"].append(f"node {wid} left no final state (exit code {p.returncode}); "
-                                         f"its last pulled progress and written fire parts were used")
+                extra["warnings"].append(
+                    f"node {wid} left no final state (exit code {p.returncode}); "
+                    f"its last pulled progress and written fire parts were used"
+                )
                 continue
             meta = json.loads(meta_path.read_text())
             if meta.get("unknown_fires"):
                 extra["warnings"].append(f"node {wid}: {meta['unknown_fires']} fires for ids outside the population")
             if meta.get("loop_error"):
                 extra["warnings"].append(f"node {wid}: {meta['loop_error']}")
-        say(f"nodes {', '.join(sorted(self.procs))}: double held {extra['double_held']}, "
-            f"holds without a commit {extra['uncommitted_holds']}")
+        say(
+            f"nodes {', '.join(sorted(self.procs))}: double held {extra['double_held']}, "
+            f"holds without a commit {extra['uncommitted_holds']}"
+        )
         return extra

@@ -19,9 +19,10 @@ NULL means due now), so the replay starts from the table's own phase, backlog in
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -129,8 +130,12 @@ def derive(rows: list[dict[str, Any]], tracker: RearmTracker | None, watch_s: fl
         "state_bytes": _percentiles(state) if len(state) else None,
     }
     if tracker is not None:
-        stats["watch"] = {"window_s": tracker.window_s, "polls": tracker.polls, "rearms_seen": tracker.rearms,
-                          "rearms_per_s": tracker.rearms / tracker.window_s if tracker.window_s else None}
+        stats["watch"] = {
+            "window_s": tracker.window_s,
+            "polls": tracker.polls,
+            "rearms_seen": tracker.rearms,
+            "rearms_per_s": tracker.rearms / tracker.window_s if tracker.window_s else None,
+        }
     return Captured(trace, stats)
 
 
@@ -138,8 +143,14 @@ def _percentiles(x: np.ndarray) -> dict[str, float] | None:
     if not len(x):
         return None
     p = np.percentile(x, [0, 5, 50, 95, 100])
-    return {"min": float(p[0]), "p5": float(p[1]), "p50": float(p[2]), "p95": float(p[3]), "max": float(p[4]),
-            "mean": float(x.mean())}
+    return {
+        "min": float(p[0]),
+        "p5": float(p[1]),
+        "p50": float(p[2]),
+        "p95": float(p[3]),
+        "max": float(p[4]),
+        "mean": float(x.mean()),
+    }
 
 
 def zipf_exponent(counts_desc: np.ndarray) -> float:
@@ -185,6 +196,7 @@ def rate_note(stats: dict[str, Any]) -> str:
     total = max(1, sum(src.values()))
     if src["lower_bound"] == 0:
         return "every interval measured"
-    return (f"{src['lower_bound']:,} of {total:,} triggers ({100 * src['lower_bound'] / total:.1f}%) were not re-armed "
-            f"while watched: their intervals are lower bounds (a longer --watch or --map interval=COL measures them)")
-
+    return (
+        f"{src['lower_bound']:,} of {total:,} triggers ({100 * src['lower_bound'] / total:.1f}%) were not re-armed "
+        f"while watched: their intervals are lower bounds (a longer --watch or --map interval=COL measures them)"
+    )

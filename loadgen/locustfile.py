@@ -73,8 +73,14 @@ _DEFAULTS = {
 @events.init_command_line_parser.add_listener
 def _arguments(parser) -> None:
     for name, (env, kind, default) in _DEFAULTS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, env_var=env, default=default,
-                            include_in_web_ui=True, help=f"{name} (default {default}; env {env})")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=kind,
+            env_var=env,
+            default=default,
+            include_in_web_ui=True,
+            help=f"{name} (default {default}; env {env})",
+        )
 
 
 _env = None  # the locust Environment, for the exit summary
@@ -178,11 +184,16 @@ class ArmingUser(HttpUser):
         timers = []
         for _ in range(self.batch):
             n = next(_sequence) % self.pool
-            timers.append({"id": f"{self.prefix}{n:08d}", "fire_at": round(fire_at, 6), "type": self.type,
-                           "tenant": f"load-{n % self.tenants:03d}"})
+            timers.append(
+                {
+                    "id": f"{self.prefix}{n:08d}",
+                    "fire_at": round(fire_at, 6),
+                    "type": self.type,
+                    "tenant": f"load-{n % self.tenants:03d}",
+                }
+            )
         body = json.dumps({"timers": timers})
-        with self.client.put("/timers", data=body, headers=self.headers, name="PUT /timers",
-                             catch_response=True) as r:
+        with self.client.put("/timers", data=body, headers=self.headers, name="PUT /timers", catch_response=True) as r:
             if r.status_code != 200:
                 r.failure(f"{r.status_code}: {r.text[:200]}")
 

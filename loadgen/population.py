@@ -83,8 +83,10 @@ def _decoded_lines(raw, where: str):
         try:
             yield line.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"{where} line {number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
-                             f"{exc.start + 1}); save the trace as UTF-8 CSV") from None
+            raise ValueError(
+                f"{where} line {number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                f"{exc.start + 1}); save the trace as UTF-8 CSV"
+            ) from None
 
 
 def from_trace(path: Path) -> Population:
@@ -107,8 +109,10 @@ def from_trace(path: Path) -> Population:
             header = [h.strip() for h in header]
             missing = [c for c in TRACE_COLUMNS if c not in header]
             if missing:
-                raise ValueError(f"{where} line 1: missing column(s) {', '.join(missing)}; the header needs "
-                                 f"{','.join(TRACE_COLUMNS)} (found {shown(','.join(header), 80)})")
+                raise ValueError(
+                    f"{where} line 1: missing column(s) {', '.join(missing)}; the header needs "
+                    f"{','.join(TRACE_COLUMNS)} (found {shown(','.join(header), 80)})"
+                )
             twice = sorted({h for h in header if header.count(h) > 1})
             if twice:
                 raise ValueError(f"{where} line 1: column(s) {', '.join(twice)} given twice; name each column once")
@@ -118,16 +122,20 @@ def from_trace(path: Path) -> Population:
                 if not row or not any(x.strip() for x in row):
                     continue  # a blank line
                 if len(row) != len(header):
-                    raise ValueError(f"{where} line {line}: {len(row)} fields, the header has {len(header)}; "
-                                     f"give one value per column")
+                    raise ValueError(
+                        f"{where} line {line}: {len(row)} fields, the header has {len(header)}; "
+                        f"give one value per column"
+                    )
                 tid, tenant = row[col["trigger_id"]], row[col["tenant_id"]]
                 if not tid.strip():
                     raise ValueError(f"{where} line {line}, field trigger_id: empty; give every trigger an id")
                 if not tenant.strip():
                     raise ValueError(f"{where} line {line}, field tenant_id: empty; give every trigger a tenant")
                 if tid in seen:
-                    raise ValueError(f"{where} line {line}, field trigger_id: {tid[:40]!r} repeats line {seen[tid]}; "
-                                     f"ids must be unique")
+                    raise ValueError(
+                        f"{where} line {line}, field trigger_id: {tid[:40]!r} repeats line {seen[tid]}; "
+                        f"ids must be unique"
+                    )
                 iv = _trace_number(row[col["interval_s"]], where, line, "interval_s", "> 0")
                 ff = _trace_number(row[col["first_fire_s"]], where, line, "first_fire_s", ">= 0")
                 seen[tid] = line
@@ -153,6 +161,7 @@ def _trace_number(text: str, where: str, line: int, field: str, accepted: str) -
     except ValueError:
         v = math.nan
     if not (math.isfinite(v) and (v > 0 if accepted == "> 0" else v >= 0)):
-        raise ValueError(f"{where} line {line}, field {field}: {text.strip()[:40]!r}; need a finite number of "
-                         f"seconds {accepted}")
+        raise ValueError(
+            f"{where} line {line}, field {field}: {text.strip()[:40]!r}; need a finite number of seconds {accepted}"
+        )
     return v

@@ -47,8 +47,8 @@ import asyncio
 import math
 import os
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import AsyncIterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -187,7 +187,7 @@ class PollingProcessor:
             yield group.tolist(), self._decide(batch, group)
             start = end
 
-    def _receive(self, fires: Sequence[Fire]) -> "_Received":
+    def _receive(self, fires: Sequence[Fire]) -> _Received:
         """The batch arrives: record the receipt (the lag clock stops), look up its triggers,
         draw each poll's result and its finish time on the lanes."""
         received = time.time()
@@ -214,7 +214,7 @@ class PollingProcessor:
         event = (~err) & (u[1] < self.w.new_event_rate)
         return _Received(received, idx, known, due, newest, err, event, self._poll_latency(n, received))
 
-    def _decide(self, batch: "_Received", sel: np.ndarray) -> list[Outcome]:
+    def _decide(self, batch: _Received, sel: np.ndarray) -> list[Outcome]:
         """The outcomes of the fires at positions ``sel`` of ``batch``, whose polls have finished;
         the per-trigger bookkeeping moves to their next arm."""
         n = len(sel)
@@ -271,7 +271,7 @@ class PollingProcessor:
         if n_events:
             blob = os.urandom(n_events * sb) if sb else b""
             for j, i in enumerate(np.flatnonzero(event).tolist()):
-                states[i] = blob[j * sb:(j + 1) * sb] if sb else b""
+                states[i] = blob[j * sb : (j + 1) * sb] if sb else b""
         self.polls += n
         self.errors += int(err.sum())
         self.new_events += n_events
@@ -351,8 +351,7 @@ class PollingProcessor:
             after_received = np.isnan(got) | (due > got + 2e-6)
         return np.flatnonzero(due_now & after_received)
 
-    def undelivered_table(self, before: float, measure_start: float,
-                          held_at: dict[str, float] | None) -> pa.Table:
+    def undelivered_table(self, before: float, measure_start: float, held_at: dict[str, float] | None) -> pa.Table:
         """Every fire due before ``before`` that never arrived, as ``fires.parquet`` rows
         (``fired_at`` and ``lag_s`` null).
 
@@ -414,8 +413,10 @@ def merge_state(processor, snap: dict[str, np.ndarray]) -> None:
     a_due, a_at, r_due = processor.armed_due, processor.armed_at, processor.received_due
     s_due, s_at, s_recv = snap["armed_due"], snap["armed_at"], snap["received_due"]
     if len(s_due) != len(a_due):
-        raise ValueError(f"a node's population has {len(s_due)} triggers, the run's {len(a_due)}: "
-                         f"they did not build the same workload")
+        raise ValueError(
+            f"a node's population has {len(s_due)} triggers, the run's {len(a_due)}: "
+            f"they did not build the same workload"
+        )
     with np.errstate(invalid="ignore"):
         newer = np.isnan(a_at) | (s_at > a_at)
         newer &= ~np.isnan(s_at)

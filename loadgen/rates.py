@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+
 def shown(value, limit: int = 40) -> str:
     """A value as an error message quotes it: its repr, cut short."""
     r = repr(value)
@@ -23,7 +24,9 @@ def parse_rate(text: str | float | int) -> float:
     if isinstance(text, (int, float)):
         value = float(text)
         if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"invalid rate {shown(text)}: must be a positive finite number; accepted forms: {RATE_FORMS}")
+            raise ValueError(
+                f"invalid rate {shown(text)}: must be a positive finite number; accepted forms: {RATE_FORMS}"
+            )
         return value
     m = _RATE.match(str(text))
     if not m:
@@ -45,7 +48,9 @@ def parse_duration(text: str | float | int) -> float:
         raise ValueError(f"invalid duration {shown(text)}; accepted forms: {DURATION_FORMS}")
     if isinstance(text, (int, float)):
         if not math.isfinite(text):
-            raise ValueError(f"invalid duration {shown(text)}: must be a finite number of seconds; accepted forms: {DURATION_FORMS}")
+            raise ValueError(
+                f"invalid duration {shown(text)}: must be a finite number of seconds; accepted forms: {DURATION_FORMS}"
+            )
         if text < 0:
             raise ValueError(f"invalid duration {shown(text)}: must not be negative")
         return float(text)
@@ -53,14 +58,15 @@ def parse_duration(text: str | float | int) -> float:
     try:
         value = float(s)
         if not math.isfinite(value):  # "nan", "inf", "1e999"
-            raise ValueError(f"invalid duration {shown(text)}: must be a finite number of seconds; accepted forms: "
-                             f"{DURATION_FORMS}")
+            raise ValueError(
+                f"invalid duration {shown(text)}: must be a finite number of seconds; accepted forms: {DURATION_FORMS}"
+            )
     except ValueError as exc:
         if str(exc).startswith("invalid duration"):
             raise
         pos, total = 0, 0.0
         for m in _DURATION.finditer(s):
-            if s[pos:m.start()].strip():
+            if s[pos : m.start()].strip():
                 break
             total += float(m.group(1)) * _UNIT_S[m.group(2).lower()]
             pos = m.end()

@@ -32,9 +32,10 @@ forms: ...``. Every number must be finite (no ``.nan``, ``.inf``), every field k
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -69,9 +70,13 @@ class Workload:
     latency_median_ms: float = 120.0  # provider poll latency, lognormal
     latency_p99_ms: float = 900.0
     error_rate: float = 0.01  # share of polls that fail and re-arm with backoff
-    retry_backoff_s: float = 5.0  # first retry delay after an error, doubled per consecutive error, capped at the interval
+    retry_backoff_s: float = (
+        5.0  # first retry delay after an error, doubled per consecutive error, capped at the interval
+    )
     new_event_rate: float = 0.05  # share of polls that find new events: new state + an effect
-    poll_concurrency: int | None = None  # provider polls in flight at once; None: 4x what the rate needs (never the bottleneck)
+    poll_concurrency: int | None = (
+        None  # provider polls in flight at once; None: 4x what the rate needs (never the bottleneck)
+    )
     long_horizon_share: float = 0.0  # share of triggers whose first fire is far out
     long_horizon_min_days: float = 30.0
     long_horizon_max_days: float = 60.0
@@ -88,7 +93,9 @@ class Workload:
     drain_limit_s: float = 180.0  # after the window, wait at most this long for the fires due in it, seconds
     arm_batch: int = 2000  # timers per arm() call while arming the population
     description: str = ""  # one line a report shows beside the workload's name
-    time_compression: float = 1.0  # > 1: intervals and population are this many times smaller than the shape named in description
+    time_compression: float = (
+        1.0  # > 1: intervals and population are this many times smaller than the shape named in description
+    )
 
     # -- derived ------------------------------------------------------------------------
 
@@ -99,7 +106,7 @@ class Workload:
             return 1.0 / lo
         return math.log(hi / lo) / (hi - lo)
 
-    def resolved(self) -> "Workload":
+    def resolved(self) -> Workload:
         """Fill in whichever of rate and triggers was left open; check every field."""
         w = Workload(**asdict(self))
         w.validate()
@@ -175,8 +182,11 @@ class Workload:
         if self.time_compression < 1:
             raise bad("time_compression", self.time_compression, "must be >= 1 (1 = not compressed)")
         if not (0 < self.long_horizon_min_days <= self.long_horizon_max_days):
-            raise bad("long_horizon_days", f"{self.long_horizon_min_days:g}..{self.long_horizon_max_days:g}",
-                      "use LOW..HIGH days with 0 < LOW <= HIGH, e.g. 30..60")
+            raise bad(
+                "long_horizon_days",
+                f"{self.long_horizon_min_days:g}..{self.long_horizon_max_days:g}",
+                "use LOW..HIGH days with 0 < LOW <= HIGH, e.g. 30..60",
+            )
         if self.trace is not None and not str(self.trace).strip():
             raise bad("trace", self.trace, "give the path of a CSV file")
         if self.duration_s <= 0:
@@ -259,16 +269,20 @@ _KEYS: dict[str, tuple[str, Any]] = {
 # Fields that are gone, with what replaced them (an old YAML file gets told, not ignored).
 _REMOVED = {
     "grace": "grace was removed: a fire's outcome no longer depends on a per-backend grace period; use on_time "
-             "(the lag up to which a fire is on time, one value for every backend) and drain_limit",
+    "(the lag up to which a fire is on time, one value for every backend) and drain_limit",
     "grace_s": "grace_s was removed; use on_time and drain_limit",
 }
 
 
 # canonical field name -> the YAML key it is written as (for messages)
 _FIELD_KEY = {name: key for key, (name, _) in _KEYS.items()} | {
-    "interval_min_s": "interval", "interval_max_s": "interval", "latency_median_ms": "provider_latency",
-    "latency_p99_ms": "provider_latency", "long_horizon_min_days": "long_horizon_days",
-    "long_horizon_max_days": "long_horizon_days"}
+    "interval_min_s": "interval",
+    "interval_max_s": "interval",
+    "latency_median_ms": "provider_latency",
+    "latency_p99_ms": "provider_latency",
+    "long_horizon_min_days": "long_horizon_days",
+    "long_horizon_max_days": "long_horizon_days",
+}
 
 
 def _canonical_parser(name: str):
@@ -314,8 +328,13 @@ def from_mapping(data: Mapping[str, Any], base: Workload | None = None) -> Workl
     for key, value in data.items():
         if isinstance(key, str) and key in _REMOVED:
             raise WorkloadError(f"invalid workload field {key}: {_REMOVED[key]}", field=key)
-        if not isinstance(key, str) or key not in (*_KEYS, *canonical, "interval", "provider_latency",
-                                                   "long_horizon_days"):
+        if not isinstance(key, str) or key not in (
+            *_KEYS,
+            *canonical,
+            "interval",
+            "provider_latency",
+            "long_horizon_days",
+        ):
             accepted = ", ".join(sorted([*_KEYS, "interval", "provider_latency", "long_horizon_days"]))
             raise WorkloadError(f"unknown workload field {shown(key)}; accepted: {accepted}", field=str(key))
         try:
@@ -359,15 +378,19 @@ def load_located(spec: str | None) -> tuple[Workload, dict[str, str]]:
         data, lines = {}, {}
     elif not isinstance(node, yaml.MappingNode) or not isinstance(data, Mapping):
         kind = {"SequenceNode": "a list", "ScalarNode": "a single value"}.get(type(node).__name__, "not a mapping")
-        raise WorkloadError(f"{where} line {node.start_mark.line + 1}: must be a mapping of fields "
-                            f"(one `field: value` per line, e.g. `rate: 556/s`), found {kind}")
+        raise WorkloadError(
+            f"{where} line {node.start_mark.line + 1}: must be a mapping of fields "
+            f"(one `field: value` per line, e.g. `rate: 556/s`), found {kind}"
+        )
     else:
         lines = {}
         for key_node, value_node in node.value:
             key = key_node.value
             if key in lines:
-                raise WorkloadError(f"{where} line {key_node.start_mark.line + 1}: field {key} given twice "
-                                    f"(first at line {lines[key]}); give each field once")
+                raise WorkloadError(
+                    f"{where} line {key_node.start_mark.line + 1}: field {key} given twice "
+                    f"(first at line {lines[key]}); give each field once"
+                )
             lines[key] = value_node.start_mark.line + 1
     data = dict(data)
     data.setdefault("name", path.stem)
@@ -388,8 +411,9 @@ def _read_text(path: Path, where: str) -> str:
         if not path.is_file():
             raise WorkloadError(f"{where}: not a file; give a YAML file or a preset name")
         if size > MAX_FILE_BYTES:
-            raise WorkloadError(f"{where}: {size:,} bytes is not a workload (at most {MAX_FILE_BYTES:,}); "
-                                f"give a YAML file of fields")
+            raise WorkloadError(
+                f"{where}: {size:,} bytes is not a workload (at most {MAX_FILE_BYTES:,}); give a YAML file of fields"
+            )
         raw = path.read_bytes()
     except FileNotFoundError:
         raise WorkloadError(f"workload file not found: {path}") from None
@@ -398,9 +422,10 @@ def _read_text(path: Path, where: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise WorkloadError(f"{where} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
-                            f"save it as UTF-8") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise WorkloadError(
+            f"{where} line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save it as UTF-8"
+        ) from None
 
 
 @dataclass

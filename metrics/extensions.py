@@ -45,16 +45,19 @@ class Extension:
         return self.missing is None
 
 
-def extensions(dsn: str, names: tuple[str, ...] = MEASUREMENT_EXTENSIONS,
-               connect_timeout_s: int = 10) -> dict[str, Extension]:
+def extensions(
+    dsn: str, names: tuple[str, ...] = MEASUREMENT_EXTENSIONS, connect_timeout_s: int = 10
+) -> dict[str, Extension]:
     """Each of ``names`` on the server and database ``dsn`` points at: usable, or why not.
 
     Read-only: creates nothing on the user's server. Raises only when the server cannot be
     reached at all (psycopg.OperationalError)."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s) as conn:
         dbname = conn.info.dbname
-        created = {name: (schema, version) for name, schema, version
-                   in conn.execute(SQL["installed"], {"names": list(names)}).fetchall()}
+        created = {
+            name: (schema, version)
+            for name, schema, version in conn.execute(SQL["installed"], {"names": list(names)}).fetchall()
+        }
         on_server = {row[0] for row in conn.execute(SQL["available"], {"names": list(names)}).fetchall()}
         found: dict[str, Extension] = {}
         for name in names:

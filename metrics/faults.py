@@ -46,8 +46,11 @@ def read_faults(run_dir: str | Path) -> dict[str, Any] | None:
 def fault_spans(run_dir: str | Path) -> list[tuple[str, float, float]]:
     """(spec, start, end) in epoch seconds of every fault that fired, for plots."""
     data = read_faults(run_dir) or {}
-    return [(f["text"], float(f["start"]), float(f["end"] if f.get("end") is not None else f["start"]))
-            for f in data.get("faults", []) if f.get("start") is not None]
+    return [
+        (f["text"], float(f["start"]), float(f["end"] if f.get("end") is not None else f["start"]))
+        for f in data.get("faults", [])
+        if f.get("start") is not None
+    ]
 
 
 def _later_dups(keys: np.ndarray, fired_at: np.ndarray) -> np.ndarray:
@@ -98,8 +101,12 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
 
     out: list[dict[str, Any]] = []
     for f in data.get("faults", []):
-        row: dict[str, Any] = {"spec": f["text"], "kind": f["kind"], "fired": f.get("start") is not None,
-                               "note": f.get("note", "")}
+        row: dict[str, Any] = {
+            "spec": f["text"],
+            "kind": f["kind"],
+            "fired": f.get("start") is not None,
+            "note": f.get("note", ""),
+        }
         if not row["fired"]:
             out.append(row)
             continue
@@ -119,24 +126,26 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
         else:
             ttr = 0.0
         lag_w = lag_s[got_w]
-        row.update({
-            "start": start,
-            "end": end,
-            "start_s": start - arm_start,
-            "end_s": end - arm_start,
-            "due_window_s": [lo - arm_start, (hi - arm_start) if np.isfinite(hi) else None],
-            "fires": int(got_w.sum()),
-            "lost": int((~got & due_in & not_held).sum()),
-            "pending": int((~got & due_in & ~not_held).sum()),
-            "duplicate_fires": int((dup_fire & due_in).sum()),
-            "duplicate_effects": int((dup_effect & due_in).sum()),
-            "duplicate_external_effects": int((dup_external & due_in).sum()),
-            "lag_bound_s": bound_s,
-            "late_fires": int(late.sum()),
-            "time_to_recover_s": ttr,
-            "lag_peak_ms": float(lag_w.max() * 1000.0) if len(lag_w) else None,
-            "overlaps": overlaps,
-        })
+        row.update(
+            {
+                "start": start,
+                "end": end,
+                "start_s": start - arm_start,
+                "end_s": end - arm_start,
+                "due_window_s": [lo - arm_start, (hi - arm_start) if np.isfinite(hi) else None],
+                "fires": int(got_w.sum()),
+                "lost": int((~got & due_in & not_held).sum()),
+                "pending": int((~got & due_in & ~not_held).sum()),
+                "duplicate_fires": int((dup_fire & due_in).sum()),
+                "duplicate_effects": int((dup_effect & due_in).sum()),
+                "duplicate_external_effects": int((dup_external & due_in).sum()),
+                "lag_bound_s": bound_s,
+                "late_fires": int(late.sum()),
+                "time_to_recover_s": ttr,
+                "lag_peak_ms": float(lag_w.max() * 1000.0) if len(lag_w) else None,
+                "overlaps": overlaps,
+            }
+        )
         for extra in ("worker", "replacement", "mid_batch", "xmin"):
             if extra in f:
                 row[extra] = f[extra]

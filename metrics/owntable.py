@@ -20,9 +20,10 @@ sessions; capture returns keyed hashes of ids and tenants computed in the databa
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 from psycopg import errors, sql
@@ -61,9 +62,11 @@ class Safeguards:
     lock_timeout_ms: int = 1000
 
     def options(self) -> str:
-        return (f"-c default_transaction_read_only=on -c statement_timeout={self.statement_timeout_ms} "
-                f"-c lock_timeout={self.lock_timeout_ms} "
-                f"-c idle_in_transaction_session_timeout={self.statement_timeout_ms}")
+        return (
+            f"-c default_transaction_read_only=on -c statement_timeout={self.statement_timeout_ms} "
+            f"-c lock_timeout={self.lock_timeout_ms} "
+            f"-c idle_in_transaction_session_timeout={self.statement_timeout_ms}"
+        )
 
 
 class SafeguardError(Exception):
@@ -76,14 +79,16 @@ def guarded_conninfo(dsn: str, guards: Safeguards, application_name: str = APPLI
     return make_conninfo(dsn, options=f"{own} {guards.options()}".strip(), application_name=application_name)
 
 
-def connect(dsn: str, guards: Safeguards, application_name: str = APPLICATION_NAME,
-            connect_timeout_s: int = 10) -> tuple[psycopg.Connection, dict[str, Any]]:
+def connect(
+    dsn: str, guards: Safeguards, application_name: str = APPLICATION_NAME, connect_timeout_s: int = 10
+) -> tuple[psycopg.Connection, dict[str, Any]]:
     """An autocommit connection under ``guards``, and the session's settings as read back.
 
     Raises :class:`SafeguardError` when the server did not apply them (a pooler that drops
     startup options, say), psycopg.OperationalError when it cannot be reached."""
-    conn = psycopg.connect(guarded_conninfo(dsn, guards, application_name), autocommit=True,
-                           connect_timeout=connect_timeout_s)
+    conn = psycopg.connect(
+        guarded_conninfo(dsn, guards, application_name), autocommit=True, connect_timeout=connect_timeout_s
+    )
     try:
         row = _dict_rows(conn.execute(statement("session_guard")))[0]
         problems = []
@@ -94,8 +99,11 @@ def connect(dsn: str, guards: Safeguards, application_name: str = APPLICATION_NA
         if int(row["lock_timeout_ms"]) != guards.lock_timeout_ms:
             problems.append(f"lock_timeout is {row['lock_timeout_ms']} ms, not {guards.lock_timeout_ms}")
         if problems:
-            raise SafeguardError("the server did not apply the read-only safeguards (" + "; ".join(problems) +
-                                 "); connect directly rather than through a pooler that drops startup options")
+            raise SafeguardError(
+                "the server did not apply the read-only safeguards ("
+                + "; ".join(problems)
+                + "); connect directly rather than through a pooler that drops startup options"
+            )
     except BaseException:
         conn.close()
         raise
@@ -174,11 +182,17 @@ class Reader:
         except errors.InsufficientPrivilege as exc:
             self.skip(what, _first_line(exc), fix or "grant this role the privilege named")
         except errors.QueryCanceled:
-            self.skip(what, f"statement_timeout ({self.guards.statement_timeout_ms} ms) reached",
-                      "raise --statement-timeout if the server can afford a longer read")
+            self.skip(
+                what,
+                f"statement_timeout ({self.guards.statement_timeout_ms} ms) reached",
+                "raise --statement-timeout if the server can afford a longer read",
+            )
         except errors.LockNotAvailable:
-            self.skip(what, f"lock_timeout ({self.guards.lock_timeout_ms} ms) reached: another session holds "
-                            "a conflicting lock", "retry when no DDL runs on the table")
+            self.skip(
+                what,
+                f"lock_timeout ({self.guards.lock_timeout_ms} ms) reached: another session holds a conflicting lock",
+                "retry when no DDL runs on the table",
+            )
         return None
 
     def skip(self, what: str, why: str, fix: str) -> None:
@@ -207,7 +221,9 @@ class Reader:
         opts = parse_reloptions(ref.reloptions)
         toast_opts = parse_reloptions(ref.toast_reloptions)
         widths = [c["avg_width"] for c in columns]
-        inline_width = (sum(widths) + HEAP_TUPLE_OVERHEAD_BYTES) if widths and all(w is not None for w in widths) else None
+        inline_width = (
+            (sum(widths) + HEAP_TUPLE_OVERHEAD_BYTES) if widths and all(w is not None for w in widths) else None
+        )
         return {
             "relkind": ref.relkind,
             "row_estimate": ref.reltuples if ref.reltuples >= 0 else None,  # -1: never analysed or vacuumed
@@ -225,7 +241,9 @@ class Reader:
         }
 
     def settings(self) -> dict[str, str]:
-        return {r["name"]: f"{r['setting']}{' ' + r['unit'] if r['unit'] else ''}" for r in self.rows(statement("settings"))}
+        return {
+            r["name"]: f"{r['setting']}{' ' + r['unit'] if r['unit'] else ''}" for r in self.rows(statement("settings"))
+        }
 
     # counters (read at each sample of the watch window) ---------------------------------------
 
@@ -252,12 +270,18 @@ class Reader:
         out["sessions"] = [_session_kind(s) for s in self.rows(statement("horizon_sessions"))]
         out["hidden_sessions"] = self.rows(statement("hidden_sessions"))[0]["hidden"]
         out.update(self.rows(statement("horizon_snapshot"))[0])
-        out["replication_slots"] = self.attempt("replication slots (pg_replication_slots)",
-                                                lambda: self.rows(statement("replication_slots"))) or []
-        out["prepared_xacts"] = self.attempt("prepared transactions (pg_prepared_xacts)",
-                                             lambda: self.rows(statement("prepared_xacts"))) or []
-        out["standby_feedback"] = self.attempt("standby feedback (pg_stat_replication)",
-                                               lambda: self.rows(statement("standby_feedback"))) or []
+        out["replication_slots"] = (
+            self.attempt("replication slots (pg_replication_slots)", lambda: self.rows(statement("replication_slots")))
+            or []
+        )
+        out["prepared_xacts"] = (
+            self.attempt("prepared transactions (pg_prepared_xacts)", lambda: self.rows(statement("prepared_xacts")))
+            or []
+        )
+        out["standby_feedback"] = (
+            self.attempt("standby feedback (pg_stat_replication)", lambda: self.rows(statement("standby_feedback")))
+            or []
+        )
         return out
 
     # bloat -----------------------------------------------------------------------------------
@@ -265,15 +289,19 @@ class Reader:
     def pgstattuple(self, relid: int, ext_schema: str, approximate: bool = False) -> dict[str, Any] | None:
         block = "pgstattuple_approx" if approximate else "pgstattuple"
         what = f"{block} of relation {relid}"
-        found = self.attempt(what, lambda: self.rows(statement(block, ext=sql.Identifier(ext_schema)), {"relid": relid}),
-                             fix="grant pg_stat_scan_tables to this role")
+        found = self.attempt(
+            what,
+            lambda: self.rows(statement(block, ext=sql.Identifier(ext_schema)), {"relid": relid}),
+            fix="grant pg_stat_scan_tables to this role",
+        )
         return found[0] if found else None
 
     def pgstatindex(self, indexrelid: int, ext_schema: str) -> dict[str, Any] | None:
-        found = self.attempt(f"pgstatindex of index {indexrelid}",
-                             lambda: self.rows(statement("pgstatindex", ext=sql.Identifier(ext_schema)),
-                                               {"indexrelid": indexrelid}),
-                             fix="grant pg_stat_scan_tables to this role")
+        found = self.attempt(
+            f"pgstatindex of index {indexrelid}",
+            lambda: self.rows(statement("pgstatindex", ext=sql.Identifier(ext_schema)), {"indexrelid": indexrelid}),
+            fix="grant pg_stat_scan_tables to this role",
+        )
         return found[0] if found else None
 
     # the due-work query ------------------------------------------------------------------------
@@ -291,16 +319,22 @@ class Reader:
             self.conn.execute(statement("set_read_only"))
             return self.conn.execute(statement("explain_analyze", query=query)).fetchone()[0]
 
-
     # capture -----------------------------------------------------------------------------------
 
-    def capture_rows(self, ref: TableRef, cols: "CaptureColumns", key: str) -> list[dict[str, Any]]:
+    def capture_rows(self, ref: TableRef, cols: CaptureColumns, key: str) -> list[dict[str, Any]]:
         """Every row as (trigger hash, tenant hash, due in s from now, interval s, state bytes)."""
-        query = statement("capture_rows", table=ref.ident, id=sql.Identifier(cols.id), tenant=sql.Identifier(cols.tenant),
-                          due_s=cols.due_seconds(), interval_s=cols.interval_seconds(), state_bytes=cols.state_size())
+        query = statement(
+            "capture_rows",
+            table=ref.ident,
+            id=sql.Identifier(cols.id),
+            tenant=sql.Identifier(cols.tenant),
+            due_s=cols.due_seconds(),
+            interval_s=cols.interval_seconds(),
+            state_bytes=cols.state_size(),
+        )
         return self.rows(query, {"key": key})
 
-    def capture_poll(self, ref: TableRef, cols: "CaptureColumns", key: str) -> list[tuple[str, float | None, float]]:
+    def capture_poll(self, ref: TableRef, cols: CaptureColumns, key: str) -> list[tuple[str, float | None, float]]:
         """Every row's (trigger hash, due epoch s, read at epoch s): one sample of the re-arms."""
         query = statement("capture_poll", table=ref.ident, id=sql.Identifier(cols.id), due_s=cols.due_seconds())
         return self.conn.execute(query, {"key": key}).fetchall()
@@ -355,8 +389,16 @@ def _session_kind(s: dict[str, Any]) -> dict[str, Any]:
 # -- churn: the difference of two counter readings ------------------------------------------------
 
 
-COUNTERS = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "vacuum_count", "autovacuum_count",
-            "seq_scan", "idx_scan")
+COUNTERS = (
+    "n_tup_ins",
+    "n_tup_upd",
+    "n_tup_hot_upd",
+    "n_tup_del",
+    "vacuum_count",
+    "autovacuum_count",
+    "seq_scan",
+    "idx_scan",
+)
 
 
 def relation_churn(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -391,7 +433,8 @@ def relation_churn(before: dict[str, Any] | None, after: dict[str, Any] | None) 
         "autovacuum_runs": d["autovacuum_count"],
         "vacuum_runs": d["vacuum_count"],
         "last_autovacuum_age_s": (float(after["read_at_s"]) - after["last_autovacuum_s"])
-        if after.get("last_autovacuum_s") else None,
+        if after.get("last_autovacuum_s")
+        else None,
     }
     if "total_autovacuum_ms" in after and "total_autovacuum_ms" in before:
         spent = float(after["total_autovacuum_ms"] or 0) - float(before["total_autovacuum_ms"] or 0)
@@ -402,8 +445,9 @@ def relation_churn(before: dict[str, Any] | None, after: dict[str, Any] | None) 
     return out
 
 
-def index_churn(before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]], names: dict[int, str],
-                elapsed_s: float) -> list[dict[str, Any]]:
+def index_churn(
+    before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]], names: dict[int, str], elapsed_s: float
+) -> list[dict[str, Any]]:
     """Per index over the window: scans, entries read, live rows fetched, entries per fetched row."""
     out = []
     for relid, b in before.items():
@@ -413,13 +457,19 @@ def index_churn(before: dict[int, dict[str, Any]], after: dict[int, dict[str, An
         scans = (a["idx_scan"] or 0) - (b["idx_scan"] or 0)
         read = (a["idx_tup_read"] or 0) - (b["idx_tup_read"] or 0)
         fetched = (a["idx_tup_fetch"] or 0) - (b["idx_tup_fetch"] or 0)
-        out.append({"index": names.get(relid, str(relid)), "scans": scans,
-                    "scans_per_s": scans / elapsed_s if elapsed_s else None,
-                    "entries_read": read, "rows_fetched": fetched,
-                    "entries_per_scan": (read / scans) if scans else None,
-                    # live rows fetched by plain index scans only: 0 under bitmap scans and
-                    # index-only scans, and for statements that lock rows (FOR UPDATE)
-                    "entries_per_row_fetched": (read / fetched) if fetched else None})
+        out.append(
+            {
+                "index": names.get(relid, str(relid)),
+                "scans": scans,
+                "scans_per_s": scans / elapsed_s if elapsed_s else None,
+                "entries_read": read,
+                "rows_fetched": fetched,
+                "entries_per_scan": (read / scans) if scans else None,
+                # live rows fetched by plain index scans only: 0 under bitmap scans and
+                # index-only scans, and for statements that lock rows (FOR UPDATE)
+                "entries_per_row_fetched": (read / fetched) if fetched else None,
+            }
+        )
     return out
 
 
@@ -442,8 +492,10 @@ def plan_summary(plan_json: Any) -> dict[str, Any]:
     scans = [n for n in nodes if "Relation Name" in n or "Index Name" in n]
     out: dict[str, Any] = {
         "node_types": [n.get("Node Type") for n in nodes],
-        "access": [{"node": n.get("Node Type"), "index": n.get("Index Name"), "estimated_rows": n.get("Plan Rows")}
-                   for n in scans],
+        "access": [
+            {"node": n.get("Node Type"), "index": n.get("Index Name"), "estimated_rows": n.get("Plan Rows")}
+            for n in scans
+        ],
         "index_used": next((n.get("Index Name") for n in scans if n.get("Index Name")), None),
         "estimated_rows": top.get("Plan Rows"),
         "total_cost": top.get("Total Cost"),
@@ -453,15 +505,17 @@ def plan_summary(plan_json: Any) -> dict[str, Any]:
         hit = top.get("Shared Hit Blocks", 0) or 0
         read = top.get("Shared Read Blocks", 0) or 0
         rows = top.get("Actual Rows", 0) or 0
-        out.update({
-            "rows": rows,
-            "shared_hit_blocks": hit,
-            "shared_read_blocks": read,
-            "buffers_per_row": (hit + read) / rows if rows else None,
-            "heap_fetches": sum((n.get("Heap Fetches") or 0) for n in nodes),
-            "execution_ms": doc.get("Execution Time"),
-            "planning_ms": doc.get("Planning Time"),
-        })
+        out.update(
+            {
+                "rows": rows,
+                "shared_hit_blocks": hit,
+                "shared_read_blocks": read,
+                "buffers_per_row": (hit + read) / rows if rows else None,
+                "heap_fetches": sum((n.get("Heap Fetches") or 0) for n in nodes),
+                "execution_ms": doc.get("Execution Time"),
+                "planning_ms": doc.get("Planning Time"),
+            }
+        )
     return out
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -83,13 +83,15 @@ class HoldLog:
 
     def table(self, worker: str) -> pa.Table:
         n = len(self.ids)
-        return pa.table({
-            "timer_id": pa.array(self.ids, pa.string()),
-            "due_at": pa.array(self.due, pa.float64()),
-            "received_at": pa.array(self.received, pa.float64()),
-            "committed_at": pa.array(self.released, pa.float64()),
-            "worker": pa.array([worker] * n, pa.string()),
-        })
+        return pa.table(
+            {
+                "timer_id": pa.array(self.ids, pa.string()),
+                "due_at": pa.array(self.due, pa.float64()),
+                "received_at": pa.array(self.received, pa.float64()),
+                "committed_at": pa.array(self.released, pa.float64()),
+                "worker": pa.array([worker] * n, pa.string()),
+            }
+        )
 
     def write(self, nodes_dir: Path, worker: str) -> None:
         pq.write_table(self.table(worker), rundir.node_holds(nodes_dir, worker))
@@ -101,8 +103,12 @@ class HoldLog:
 def read_holds(nodes_dir: Path) -> dict[str, np.ndarray]:
     tables = [pq.read_table(p) for p in sorted(nodes_dir.glob("holds-*.parquet"))]
     if not tables:
-        return {"timer_id": np.array([], object), "received_at": np.array([]), "committed_at": np.array([]),
-                "worker": np.array([], object)}
+        return {
+            "timer_id": np.array([], object),
+            "received_at": np.array([]),
+            "committed_at": np.array([]),
+            "worker": np.array([], object),
+        }
     t = pa.concat_tables(tables)
     return {
         "timer_id": np.asarray(t.column("timer_id").to_pylist(), object),

@@ -28,8 +28,19 @@ SQL_PATH = Path(__file__).with_name("pgcost.sql")
 SQL = load_blocks(SQL_PATH)
 SAMPLER_MARK = "timerbench-sampler"  # in the text of every statement the sampler sends
 SERVER_COUNTERS = ("wal_records", "wal_fpi", "wal_bytes", "io_write_bytes", "checkpoints")
-STATEMENT_COUNTERS = ("calls", "rows", "total_exec_ms", "total_plan_ms", "shared_blks_hit", "shared_blks_read",
-                      "shared_blks_dirtied", "shared_blks_written", "wal_records", "wal_fpi", "wal_bytes")
+STATEMENT_COUNTERS = (
+    "calls",
+    "rows",
+    "total_exec_ms",
+    "total_plan_ms",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "shared_blks_dirtied",
+    "shared_blks_written",
+    "wal_records",
+    "wal_fpi",
+    "wal_bytes",
+)
 PG_STAT_IO_FROM = 180000  # pg_stat_io has write_bytes / extend_bytes from Postgres 18
 PG_STAT_WAL_FROM = 140000
 

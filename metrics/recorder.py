@@ -22,16 +22,15 @@ processor (DESIGN.md "Measuring honestly").
 from __future__ import annotations
 
 import asyncio
-import math
 import operator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from metrics.hdr import new_histogram, record_many
 from metrics import rundir
+from metrics.hdr import new_histogram, record_many
 from metrics.rundir import FIRES_SCHEMA
 
 FLUSH_AFTER_S = 5.0  # a row is written once its fire is this old (its commit has happened)
@@ -44,7 +43,20 @@ _fields = operator.attrgetter("timer_id", "tenant_id", "type", "due_at", "armed_
 class _Chunk:
     """One received batch, as columns."""
 
-    __slots__ = ("row0", "fired_at", "ids", "tenants", "types", "due", "armed", "attempt", "workers", "batch", "lag", "warmup")
+    __slots__ = (
+        "row0",
+        "fired_at",
+        "ids",
+        "tenants",
+        "types",
+        "due",
+        "armed",
+        "attempt",
+        "workers",
+        "batch",
+        "lag",
+        "warmup",
+    )
 
     def __init__(self, row0, fired_at, ids, tenants, types, due, armed, attempt, workers, batch, lag, warmup):
         self.row0 = row0
@@ -64,8 +76,9 @@ class _Chunk:
 class FireRecorder:
     """Records fires into closed segments ``fires-<log>.<seq>.parquet`` under ``directory``."""
 
-    def __init__(self, directory: str | Path, measure_start: float, measure_end: float,
-                 log: str = rundir.RUN_LOG) -> None:
+    def __init__(
+        self, directory: str | Path, measure_start: float, measure_end: float, log: str = rundir.RUN_LOG
+    ) -> None:
         self.directory = Path(directory)
         self.log = log
         self.measure_start = measure_start
@@ -102,8 +115,20 @@ class FireRecorder:
         warmup = fired_at < self.measure_start
         row0 = self.rows
         self._pending.append(
-            _Chunk(row0, fired_at, ids, tenants, types, due_a, armed_a,
-                   np.fromiter(attempt, np.int32, n), workers, np.fromiter(batch, np.int64, n), lag, warmup)
+            _Chunk(
+                row0,
+                fired_at,
+                ids,
+                tenants,
+                types,
+                due_a,
+                armed_a,
+                np.fromiter(attempt, np.int32, n),
+                workers,
+                np.fromiter(batch, np.int64, n),
+                lag,
+                warmup,
+            )
         )
         self._row_of.update(zip(map(id, fires), range(row0, row0 + n)))
         self._effects.extend(bytes(n))
@@ -204,8 +229,9 @@ class FireRecorder:
             self._late_saved = len(late)
         if len(self._late_external) > self._late_external_saved:
             late = list(self._late_external)
-            rundir.save_rows_atomic(np.asarray(late, np.int64),
-                                    rundir.late_effects(self.directory, self.log, "external_effect"))
+            rundir.save_rows_atomic(
+                np.asarray(late, np.int64), rundir.late_effects(self.directory, self.log, "external_effect")
+            )
             self._late_external_saved = len(late)
 
     async def maybe_flush(self, now: float) -> None:

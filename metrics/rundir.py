@@ -96,7 +96,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
 # Every file of a run directory, named once (writers, readers, reports and tests use these).
 CONFIG = "config.json"
 FIRES = "fires.parquet"
@@ -151,7 +150,7 @@ def fire_segments(directory: Path) -> dict[str, list[Path]]:
     """Every fire log's closed segments in ``directory``, by log name, in write order."""
     found: dict[str, list[tuple[int, Path]]] = {}
     for p in directory.glob("fires-*.*.parquet"):
-        log, _, seq = p.name[len("fires-"):-len(".parquet")].rpartition(".")
+        log, _, seq = p.name[len("fires-") : -len(".parquet")].rpartition(".")
         if log and seq.isdigit():
             found.setdefault(log, []).append((int(seq), p))
     return {log: [p for _, p in sorted(items)] for log, items in sorted(found.items())}
@@ -171,7 +170,7 @@ def samples_segment(directory: Path, seq: int) -> Path:
 def samples_segments(directory: Path) -> list[Path]:
     found = []
     for p in directory.glob("samples.*.parquet"):
-        seq = p.name[len("samples."):-len(".parquet")]
+        seq = p.name[len("samples.") : -len(".parquet")]
         if seq.isdigit():
             found.append((int(seq), p))
     return [p for _, p in sorted(found)]
@@ -307,8 +306,8 @@ def batch_sizes_in_window(samples: Any, start: float, end: float) -> dict[str, A
         at_start = vs[i_start] if i_start >= 0 else 0.0
         return float(at_end - at_start)
 
-    bins = {int(n[len(prefixes[0]):]): delta(n) for n in names if n.startswith(prefixes[0])}
-    closed = {n[len(prefixes[1]):]: delta(n) for n in names if n.startswith(prefixes[1])}
+    bins = {int(n[len(prefixes[0]) :]): delta(n) for n in names if n.startswith(prefixes[0])}
+    closed = {n[len(prefixes[1]) :]: delta(n) for n in names if n.startswith(prefixes[1])}
     batches = delta(wanted[0])
     timers = delta(wanted[1])
     widths = value[run & (metric == wanted[2])]
@@ -533,8 +532,12 @@ def interrupted_summary(run_dir: str | Path, state: str | None = None) -> dict[s
         reason = f"still running: {at} recorded so far (no {SUMMARY} yet)"
     else:
         reason = f"interrupted at {at} (no {SUMMARY}: figures recomputed from what it recorded)"
-    return compute_summary(run_dir, complete=False, incomplete_reason=reason,
-                           stopped_at=last_fire if last_fire is not None else last_sample)
+    return compute_summary(
+        run_dir,
+        complete=False,
+        incomplete_reason=reason,
+        stopped_at=last_fire if last_fire is not None else last_sample,
+    )
 
 
 def write_statements(run_dir: str | Path, columns: dict[str, list]) -> None:
@@ -596,19 +599,25 @@ def how_to_read(summary: dict[str, Any]) -> str:
     end-of-run table and the report (README says the same)."""
     on_time = summary.get("on_time_s") or 10.0
     if summary.get("cadence") == "after-poll":
-        load = ("Load is closed-loop (after-poll cadence: next due = poll end + interval), so a lagging backend "
-                "is offered fewer fires; the offered rate shows by how much.")
+        load = (
+            "Load is closed-loop (after-poll cadence: next due = poll end + interval), so a lagging backend "
+            "is offered fewer fires; the offered rate shows by how much."
+        )
     else:
-        load = ("Load is open-loop (fixed cadence: next due = previous due + interval; a fire more than one "
-                "interval late fires once and realigns, the skipped periods counted), so a slow backend falls "
-                "behind instead of being offered less.")
+        load = (
+            "Load is open-loop (fixed cadence: next due = previous due + interval; a fire more than one "
+            "interval late fires once and realigns, the skipped periods counted), so a slow backend falls "
+            "behind instead of being offered less."
+        )
     warm = summary.get("warmup_s")
     warm_text = "a warm-up" if warm is None else f"a {warm:g} s warm-up"
-    return (f"{load} The window counts every fire that became due in it, after {warm_text} (by default one "
-            f"maximum interval, so every trigger has re-armed); then arming stops and the run drains. Each of those fires is on time (lag <= "
-            f"{on_time:g} s, one bound for every backend), late (delivered later, with its real lag), pending "
-            f"(still held by the backend after the drain: a backlog) or lost (never delivered and no longer "
-            f"held: the run fails); lag percentiles cover all of them, an undelivered fire as infinitely late.")
+    return (
+        f"{load} The window counts every fire that became due in it, after {warm_text} (by default one "
+        f"maximum interval, so every trigger has re-armed); then arming stops and the run drains. Each of those fires is on time (lag <= "
+        f"{on_time:g} s, one bound for every backend), late (delivered later, with its real lag), pending "
+        f"(still held by the backend after the drain: a backlog) or lost (never delivered and no longer "
+        f"held: the run fails); lag percentiles cover all of them, an undelivered fire as infinitely late."
+    )
 
 
 def lag_percentiles_ms(lags_s: np.ndarray) -> dict[str, float | str | None]:
@@ -652,8 +661,9 @@ def fire_accounting(fires: pa.Table, measure_start: float, measure_end: float, o
     due_us = np.rint(due * 1e6).astype(np.int64) if n else np.zeros(0, np.int64)
 
     # one row per (timer_id, due_at): its first delivery, or its undelivered row
-    df = pd.DataFrame({"id": ids, "due_us": due_us, "fired": fired_at, "lag": lag,
-                       "due_eff": np.fmax(due, armed), "held": held})
+    df = pd.DataFrame(
+        {"id": ids, "due_us": due_us, "fired": fired_at, "lag": lag, "due_eff": np.fmax(due, armed), "held": held}
+    )
     first = df.sort_values("fired", na_position="last", kind="stable").drop_duplicates(["id", "due_us"])
     got = first["fired"].notna().to_numpy()
     due_eff = first["due_eff"].to_numpy()
@@ -701,12 +711,16 @@ def rate_held(target: float | None, offered: float | None, achieved: float | Non
     if offered < RATE_HELD_SHARE * target:
         why.append(f"offered {offered:.1f} fires/s, {100 * offered / target:.0f}% of the target {target:.1f} fires/s")
     if achieved < RATE_HELD_SHARE * offered:
-        why.append(f"achieved {achieved:.1f} fires/s, {100 * achieved / offered:.0f}% of the {offered:.1f} fires/s offered")
+        why.append(
+            f"achieved {achieved:.1f} fires/s, {100 * achieved / offered:.0f}% of the {offered:.1f} fires/s offered"
+        )
     return not why, why
 
 
 def compute_summary(
-    run_dir: str | Path, complete: bool = True, incomplete_reason: str | None = None,
+    run_dir: str | Path,
+    complete: bool = True,
+    incomplete_reason: str | None = None,
     stopped_at: float | None = None,
 ) -> dict[str, Any]:
     """The summary, recomputed from ``config.json``, ``fires.parquet`` and ``samples.parquet``.
@@ -759,10 +773,14 @@ def compute_summary(
     interval_max_s = load.get("interval_max_s", workload.get("interval_max_s"))
     not_steady = []
     if cycles is not None and cycles < STEADY_STATE_CYCLES:
-        not_steady.append(f"{cycles:.2f} cycles per trigger in the window (steady state needs >= {STEADY_STATE_CYCLES:g})")
+        not_steady.append(
+            f"{cycles:.2f} cycles per trigger in the window (steady state needs >= {STEADY_STATE_CYCLES:g})"
+        )
     if interval_max_s is not None and warmup_s < float(interval_max_s) - 1e-6:
-        not_steady.append(f"warm-up {warmup_s:.1f} s is shorter than the longest interval ({float(interval_max_s):.1f} s): "
-                          f"some triggers had not re-armed when the window opened")
+        not_steady.append(
+            f"warm-up {warmup_s:.1f} s is shorter than the longest interval ({float(interval_max_s):.1f} s): "
+            f"some triggers had not re-armed when the window opened"
+        )
     skipped = load.get("skipped_periods_in_window")
 
     lost = (outcomes["lost"] or 0) + (acc["lost_in_warmup"] or 0)
@@ -770,7 +788,9 @@ def compute_summary(
     if lost:
         failures.append(f"{lost:,} fires lost (due, never delivered, no longer held by the backend)")
     if acc["duplicate_effects"]:
-        failures.append(f"{acc['duplicate_effects']:,} duplicate keyed effects (one (timer_id, due_at) committed twice)")
+        failures.append(
+            f"{acc['duplicate_effects']:,} duplicate keyed effects (one (timer_id, due_at) committed twice)"
+        )
 
     warnings: list[str] = []
     if not complete:
@@ -783,14 +803,20 @@ def compute_summary(
             text += f" ({skipped:,} periods skipped: fires more than one interval late)"
         warnings.append(text)
     if not judged:
-        warnings.append("pending and lost fires not judged: the run was killed before it compared what it armed "
-                        "with what fired; its lag percentiles cover the delivered fires only")
+        warnings.append(
+            "pending and lost fires not judged: the run was killed before it compared what it armed "
+            "with what fired; its lag percentiles cover the delivered fires only"
+        )
     if outcomes["pending"]:
-        warnings.append(f"{outcomes['pending']:,} fires due in the window still pending after the "
-                        f"{float(window.get('drained_s') or 0):.0f} s drain (a backlog the backend still holds)")
+        warnings.append(
+            f"{outcomes['pending']:,} fires due in the window still pending after the "
+            f"{float(window.get('drained_s') or 0):.0f} s drain (a backlog the backend still holds)"
+        )
     if acc["undelivered_unjudged"]:
-        warnings.append(f"lost not judged for {acc['undelivered_unjudged']:,} undelivered fires: the backend could not "
-                        f"say what it still holds (counted as pending)")
+        warnings.append(
+            f"lost not judged for {acc['undelivered_unjudged']:,} undelivered fires: the backend could not "
+            f"say what it still holds (counted as pending)"
+        )
     if acc["early"]:
         warnings.append(f"{acc['early']:,} fires delivered before their due time (early; lag kept negative)")
     if not_steady:
@@ -928,8 +954,20 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     totals) and WAL (``wal_bytes``, ``wal_records``, ``wal_fpi``: server-wide, from pg_stat_wal;
     ``wal_bytes`` from the WAL position on servers without it). ``servers``: per server scope,
     each cumulative metric's window delta (``window``) and that per fire (``per_fire``)."""
-    per_fire_keys = ["inserts", "updates", "deletes", "toast_inserts", "toast_updates", "toast_deletes",
-                     "heap_writes", "toast_writes", "row_writes", "wal_bytes", "wal_records", "wal_fpi"]
+    per_fire_keys = [
+        "inserts",
+        "updates",
+        "deletes",
+        "toast_inserts",
+        "toast_updates",
+        "toast_deletes",
+        "heap_writes",
+        "toast_writes",
+        "row_writes",
+        "wal_bytes",
+        "wal_records",
+        "wal_fpi",
+    ]
     empty = {
         "dead_tuples": {"table_peak": None, "table_end": None, "toast_peak": None, "toast_end": None},
         "hot_ratio": None,
@@ -960,7 +998,10 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     for scope in sorted(x for x in scopes if x.startswith(SERVER_PREFIX)):
         metrics = sorted(set(s["metric"][s["scope"] == scope].tolist()))
         window = {m: window_delta({scope}, m) for m in metrics}
-        servers[scope[len(SERVER_PREFIX):]] = {"window": window, "per_fire": {m: per_fire(v) for m, v in window.items()}}
+        servers[scope[len(SERVER_PREFIX) :]] = {
+            "window": window,
+            "per_fire": {m: per_fire(v) for m, v in window.items()},
+        }
     out["servers"] = servers
     pg = servers.get("postgres", {}).get("per_fire", {})
     wal = {
@@ -992,8 +1033,11 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     toast = [writes[f"toast_{n}"] for n, _ in WRITE_KINDS]
     writes["heap_writes"] = None if any(v is None for v in heap) else float(sum(heap))
     writes["toast_writes"] = None if any(v is None for v in toast) else float(sum(toast))
-    writes["row_writes"] = (None if writes["heap_writes"] is None or writes["toast_writes"] is None
-                            else writes["heap_writes"] + writes["toast_writes"])
+    writes["row_writes"] = (
+        None
+        if writes["heap_writes"] is None or writes["toast_writes"] is None
+        else writes["heap_writes"] + writes["toast_writes"]
+    )
     out["per_fire"] = {**out["per_fire"], **writes}
     av_t, av_v = _series(s, rels, "autovacuum_count")
     out["autovacuum_runs"] = int(av_v[-1] - av_v[0]) if len(av_v) else None
@@ -1075,29 +1119,44 @@ def _cost_warnings(window: dict[str, Any], tables: dict[str, Any], costs: dict[s
     for r in bloat.get("relations") or []:
         if r.get("disagree"):
             exact, est = float(r["dead_tuple_count"]), float(r["n_dead_tup"])
-            out.append(f"dead tuples of {r['scope']} at the end: pgstattuple counts {exact:,.0f} still taking space, "
-                       f"the statistics' n_dead_tup says {est:,.0f} (off by more than {DEAD_TUPLE_DISAGREE:.0%}); "
-                       f"n_dead_tup is an estimate that also counts dead line pointers page pruning already "
-                       f"emptied (they wait for VACUUM), so the sampled dead-tuple figures of this table are "
-                       f"not the space dead rows take")
+            out.append(
+                f"dead tuples of {r['scope']} at the end: pgstattuple counts {exact:,.0f} still taking space, "
+                f"the statistics' n_dead_tup says {est:,.0f} (off by more than {DEAD_TUPLE_DISAGREE:.0%}); "
+                f"n_dead_tup is an estimate that also counts dead line pointers page pruning already "
+                f"emptied (they wait for VACUUM), so the sampled dead-tuple figures of this table are "
+                f"not the space dead rows take"
+            )
     cp = window.get("checkpoint") or {}
     when = "at the start of the warm-up" if cp.get("mode") == "warmup" else "before the measured window"
     if cp.get("mode") == "off":
-        out.append("no CHECKPOINT forced (--checkpoint off); the window's full-page images depend on when the "
-                   "server last checkpointed")
+        out.append(
+            "no CHECKPOINT forced (--checkpoint off); the window's full-page images depend on when the "
+            "server last checkpointed"
+        )
     elif cp.get("error"):
-        out.append(f"no CHECKPOINT {when} ({cp['error']}); the window's full-page images "
-                   f"depend on when the server last checkpointed")
-    elif cp.get("finished_at") is not None and window.get("measure_start") is not None \
-            and cp["finished_at"] > window["measure_start"]:
-        out.append(f"the CHECKPOINT {when} finished {cp['finished_at'] - window['measure_start']:.1f} s "
-                   f"into the measured window; its writes count in the window")
+        out.append(
+            f"no CHECKPOINT {when} ({cp['error']}); the window's full-page images "
+            f"depend on when the server last checkpointed"
+        )
+    elif (
+        cp.get("finished_at") is not None
+        and window.get("measure_start") is not None
+        and cp["finished_at"] > window["measure_start"]
+    ):
+        out.append(
+            f"the CHECKPOINT {when} finished {cp['finished_at'] - window['measure_start']:.1f} s "
+            f"into the measured window; its writes count in the window"
+        )
     elif cp.get("mode") == "warmup":
-        out.append("the CHECKPOINT ran at the start of the warm-up (--checkpoint warmup): pages first written "
-                   "in the warm-up paid their full-page image there, so the window's full-page images are fewer "
-                   "than after a checkpoint at its start")
+        out.append(
+            "the CHECKPOINT ran at the start of the warm-up (--checkpoint warmup): pages first written "
+            "in the warm-up paid their full-page image there, so the window's full-page images are fewer "
+            "than after a checkpoint at its start"
+        )
     checkpoints = ((tables.get("servers") or {}).get("postgres") or {}).get("window", {}).get("checkpoints")
     if checkpoints:
-        out.append(f"{checkpoints:.0f} checkpoint(s) completed inside the measured window (server-wide); full-page "
-                   f"images and bytes written include theirs")
+        out.append(
+            f"{checkpoints:.0f} checkpoint(s) completed inside the measured window (server-wide); full-page "
+            f"images and bytes written include theirs"
+        )
     return out

@@ -52,15 +52,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import psycopg
 
-from metrics import pgcost
+from metrics import pgcost, rundir
 from metrics.hdr import percentiles_ms, reset
 from metrics.recorder import FireRecorder
-from metrics import rundir
 from metrics.rundir import SAMPLES_SCHEMA, TOAST_SUFFIX, is_relation_scope, server_scope, write_bloat, write_statements
 from metrics.stores import ProcessTree, ServerWatch, file_bytes, postmaster_of, scrape
 from schedulers.sqlfile import load_blocks
@@ -75,11 +75,28 @@ EDGE_TIMEOUT_S = 120.0  # CHECKPOINT and the statements read at the window's edg
 BLOAT_TIMEOUT_S = 120.0  # pgstattuple of one table at the end of the run
 STATS_FLUSH_S = 1.1  # backends flush table counters about once a second
 PG_SETTINGS = [
-    "shared_buffers", "max_wal_size", "min_wal_size", "checkpoint_timeout", "track_io_timing",
-    "track_wal_io_timing", "wal_level", "synchronous_commit", "fsync", "work_mem",
-    "maintenance_work_mem", "effective_cache_size", "max_connections", "random_page_cost",
-    "vacuum_cost_limit", "vacuum_cost_delay", "default_statistics_target", "jit", "server_version",
-    "shared_preload_libraries", "pg_stat_statements.track", "io_method",
+    "shared_buffers",
+    "max_wal_size",
+    "min_wal_size",
+    "checkpoint_timeout",
+    "track_io_timing",
+    "track_wal_io_timing",
+    "wal_level",
+    "synchronous_commit",
+    "fsync",
+    "work_mem",
+    "maintenance_work_mem",
+    "effective_cache_size",
+    "max_connections",
+    "random_page_cost",
+    "vacuum_cost_limit",
+    "vacuum_cost_delay",
+    "default_statistics_target",
+    "jit",
+    "server_version",
+    "shared_preload_libraries",
+    "pg_stat_statements.track",
+    "io_method",
 ]
 DELTA_METRICS = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "autovacuum_count", "vacuum_count")
 GAUGE_METRICS = ("n_live_tup", "n_dead_tup", "table_bytes", "index_bytes")
@@ -106,11 +123,20 @@ class Sampler:
     schedulers (summed over nodes with ``--nodes``); by default the scheduler's own
     ``claimed_timers``."""
 
-    def __init__(self, scheduler: Any, recorder: FireRecorder, dsn: str | None, run_dir: Path,
-                 claimed: Callable[[], int] | None = None, *,
-                 extensions: dict[str, str] | None = None, servers: Sequence[ServerWatch] = (),
-                 gauges: Callable[[float], dict[str, float]] | None = None, every_s: float = SAMPLE_EVERY_S,
-                 reset_statements: bool = False) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        recorder: FireRecorder,
+        dsn: str | None,
+        run_dir: Path,
+        claimed: Callable[[], int] | None = None,
+        *,
+        extensions: dict[str, str] | None = None,
+        servers: Sequence[ServerWatch] = (),
+        gauges: Callable[[float], dict[str, float]] | None = None,
+        every_s: float = SAMPLE_EVERY_S,
+        reset_statements: bool = False,
+    ) -> None:
         self.scheduler = scheduler
         self.recorder = recorder
         self.dsn = dsn if getattr(type(scheduler), "needs_postgres", False) or dsn else None
@@ -142,7 +168,7 @@ class Sampler:
         self._last_t = self.start
         self._last_rows = recorder.rows
         # timers claimed so far (the workers' schedulers); by default the scheduler's own count
-        self._claimed = claimed or (lambda: int(getattr(scheduler, "claimed_timers")))
+        self._claimed = claimed or (lambda: int(scheduler.claimed_timers))
         self._last_claims: float | None = None
         self._last_sample_ms = 0.0
         self._postmaster: int | None = None  # the local Postgres server's postmaster, when we can follow it
@@ -201,15 +227,20 @@ class Sampler:
         version_num, backend_pid = await pgcost.server_info(self._conn)
         self._counters_sql = pgcost.counters_query(version_num)
         if self._counters_sql is None:
-            self.unavailable["wal_records"] = f"pg_stat_wal needs Postgres 14 or later (server_version_num {version_num})"
+            self.unavailable["wal_records"] = (
+                f"pg_stat_wal needs Postgres 14 or later (server_version_num {version_num})"
+            )
         if version_num < pgcost.PG_STAT_IO_FROM:
-            self.unavailable["postgres_io"] = f"pg_stat_io counts bytes from Postgres 18 (server_version_num {version_num})"
+            self.unavailable["postgres_io"] = (
+                f"pg_stat_io counts bytes from Postgres 18 (server_version_num {version_num})"
+            )
         host = self._conn.info.host or ""
         self._postmaster = postmaster_of(backend_pid, host)
         if self._postmaster is None:
             self.unavailable["postgres_process"] = (
                 f"the Postgres server at {host or 'its socket'} is not a process on this machine that we can "
-                f"follow, so its processes' disk writes and CPU are not measured (WAL and pg_stat_io are)")
+                f"follow, so its processes' disk writes and CPU are not measured (WAL and pg_stat_io are)"
+            )
         else:
             self._trees[POSTGRES] = ProcessTree(lambda: [self._postmaster])
 
@@ -304,7 +335,8 @@ class Sampler:
                 self._note_error(exc)
                 if baseline:
                     self.unavailable[f"{srv.name}_metrics"] = (
-                        f"the metrics endpoint {srv.metrics_url} did not answer ({type(exc).__name__}: {exc})")
+                        f"the metrics endpoint {srv.metrics_url} did not answer ({type(exc).__name__}: {exc})"
+                    )
                 continue
             if baseline or srv.name not in self._scrape_base:
                 self._scrape_base[srv.name] = dict(values)
@@ -443,8 +475,11 @@ class Sampler:
 
     def relation_total(self, metric: str, toast: bool = False) -> float | None:
         """Latest ``metric`` summed over the tables (or over their TOAST tables)."""
-        vals = [v for (scope, m), v in self.latest.items()
-                if m == metric and is_relation_scope(scope) and scope.endswith(TOAST_SUFFIX) == toast]
+        vals = [
+            v
+            for (scope, m), v in self.latest.items()
+            if m == metric and is_relation_scope(scope) and scope.endswith(TOAST_SUFFIX) == toast
+        ]
         return sum(vals) if vals else None
 
     def relation_ratio(self) -> float | None:

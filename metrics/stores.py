@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -61,10 +61,24 @@ TEMPORAL_FAMILIES: dict[str, str | None] = {
 METRIC_NAMES = {"action": "actions", "command": "commands", "service_requests": "frontend_requests"}
 # Postgres background processes by title ("postgres: autovacuum worker", "postgres: io worker 2");
 # any other "postgres: ..." title is a client connection ("postgres: user db host(port) idle").
-POSTGRES_ROLES = ("autovacuum worker", "autovacuum launcher", "checkpointer", "background writer", "walwriter",
-                  "io worker", "logical replication launcher", "logical replication worker", "walsender",
-                  "walreceiver", "startup", "archiver", "parallel worker", "walsummarizer", "slotsync worker")
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+POSTGRES_ROLES = (
+    "autovacuum worker",
+    "autovacuum launcher",
+    "checkpointer",
+    "background writer",
+    "walwriter",
+    "io worker",
+    "logical replication launcher",
+    "logical replication worker",
+    "walsender",
+    "walreceiver",
+    "startup",
+    "archiver",
+    "parallel worker",
+    "walsummarizer",
+    "slotsync worker",
+)
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -139,7 +153,7 @@ def process_kind(proc: psutil.Process, root: bool) -> tuple[str, bool]:
     except psutil.Error:
         return "?", False
     if title.startswith("postgres: "):
-        role = title[len("postgres: "):]
+        role = title[len("postgres: ") :]
         return next((r for r in POSTGRES_ROLES if role.startswith(r)), "client backend"), True
     if name.startswith("postgres"):
         return ("postmaster", True) if root else ("client backend", False)
@@ -183,8 +197,9 @@ class ProcessTree:
                 cpu = p.cpu_times()
                 self._parent[p.pid] = p.ppid()
         except psutil.AccessDenied:
-            self.error = (f"cannot read the I/O counters of pid {p.pid} (/proc/{p.pid}/io); run as root or as "
-                          f"the server's user")
+            self.error = (
+                f"cannot read the I/O counters of pid {p.pid} (/proc/{p.pid}/io); run as root or as the server's user"
+            )
             return None
         except psutil.Error:
             return None

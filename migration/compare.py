@@ -23,8 +23,8 @@ against ``max_lag_regression``. A NO-GO names the figure that failed.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -80,12 +80,17 @@ def _pcts(values_ms) -> dict[str, float | None]:
     if len(values_ms) == 0:
         return {"p1": None, "p50": None, "p99": None, "mean": None}
     arr = np.asarray(values_ms)
-    return {"p1": float(np.percentile(arr, 1)), "p50": float(np.percentile(arr, 50)),
-            "p99": float(np.percentile(arr, 99)), "mean": float(arr.mean())}
+    return {
+        "p1": float(np.percentile(arr, 1)),
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "mean": float(arr.mean()),
+    }
 
 
-def compare(primary: SideFires, shadow: SideFires, tolerance_s: float, judged_until: float,
-            windows: list[Window] | None = None) -> Comparison:
+def compare(
+    primary: SideFires, shadow: SideFires, tolerance_s: float, judged_until: float, windows: list[Window] | None = None
+) -> Comparison:
     """Match shadow fires to primary fires per id, greedily by nearest due time within tolerance."""
     judged = in_windows(windows, judged_until)
     c = Comparison(primary_fires=primary.count, shadow_fires=shadow.count, judged_until=judged_until, windows=windows)
@@ -148,8 +153,12 @@ def _side_lags(fires: SideFires, judged: Callable[[float, float], bool]) -> tupl
 def _summary(arr: np.ndarray) -> dict[str, float | int | None]:
     if len(arr) == 0:
         return {"fires": 0, "p50": None, "p99": None, "max": None}
-    return {"fires": int(len(arr)), "p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
-            "max": float(arr.max())}
+    return {
+        "fires": int(len(arr)),
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "max": float(arr.max()),
+    }
 
 
 def lag_comparison(primary: SideFires, shadow: SideFires, judged: Callable[[float, float], bool]) -> dict:
@@ -165,8 +174,16 @@ def lag_comparison(primary: SideFires, shadow: SideFires, judged: Callable[[floa
         if min(len(pl), len(sl)) == 0:
             continue
         pp, sp = float(np.percentile(pl, 99)), float(np.percentile(sl, 99))
-        tenants.append({"tenant": tenant, "fires_primary": int(len(pl)), "fires_shadow": int(len(sl)),
-                        "primary_p99": pp, "shadow_p99": sp, "regression_p99": sp - pp})
+        tenants.append(
+            {
+                "tenant": tenant,
+                "fires_primary": int(len(pl)),
+                "fires_shadow": int(len(sl)),
+                "primary_p99": pp,
+                "shadow_p99": sp,
+                "regression_p99": sp - pp,
+            }
+        )
     enough = [t for t in tenants if min(t["fires_primary"], t["fires_shadow"]) >= TENANT_MIN_FIRES] or tenants
     enough.sort(key=lambda t: (-t["regression_p99"], t["tenant"]))
     return {
@@ -234,16 +251,24 @@ def verdict(
             + ", ".join(comparison.samples.get("extra_in_shadow", [])[:5])
         )
     p99 = lag["shadow"]["p99"]
-    checks["shadow_lag_p99"] = {"value": p99, "limit": max_lag_p99_ms, "limit_from": max_lag_p99_source,
-                                "ok": p99 is not None and p99 <= max_lag_p99_ms}
+    checks["shadow_lag_p99"] = {
+        "value": p99,
+        "limit": max_lag_p99_ms,
+        "limit_from": max_lag_p99_source,
+        "ok": p99 is not None and p99 <= max_lag_p99_ms,
+    }
     if p99 is None:
         reasons.append("the shadow fired nothing in the judged window to measure its lag on")
     elif p99 > max_lag_p99_ms:
         reasons.append(f"shadow lag p99 {_ms(p99)} exceeds {_ms(max_lag_p99_ms)} ({max_lag_p99_source})")
     reg = lag.get("regression_p99")
     if max_lag_regression_ms is not None:
-        checks["lag_regression_p99"] = {"value": reg, "limit": max_lag_regression_ms,
-                                        "limit_from": "--max-lag-regression", "ok": reg is not None and reg <= max_lag_regression_ms}
+        checks["lag_regression_p99"] = {
+            "value": reg,
+            "limit": max_lag_regression_ms,
+            "limit_from": "--max-lag-regression",
+            "ok": reg is not None and reg <= max_lag_regression_ms,
+        }
         if reg is not None and reg > max_lag_regression_ms:
             reasons.append(
                 f"lag regression {_ms(reg)} (shadow p99 {_ms(p99)} - primary p99 "

@@ -41,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from schedulers.base import Capabilities, Fire, Outcome, Processor, Scheduler, Timer, us
 
@@ -152,7 +153,7 @@ class DualState:
         ev = self.waiters.setdefault(key, asyncio.Event())
         try:
             await asyncio.wait_for(ev.wait(), self.decision_wait_s)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return False, None
         return True, self.decisions.get(key)
 
@@ -200,7 +201,9 @@ class DualState:
 
     def lost(self, before: float) -> list[tuple[str, float]]:
         """Fires due before ``before`` that the application armed and no store executed."""
-        return sorted((tid, due) for tid, due in self.expected.items() if due < before and (tid, due) not in self.executed)
+        return sorted(
+            (tid, due) for tid, due in self.expected.items() if due < before and (tid, due) not in self.executed
+        )
 
     def duplicate_effects(self) -> int:
         return sum(len(sides) - 1 for sides in self.effects.values() if len(sides) > 1)
@@ -230,9 +233,18 @@ class Outbox:
         """A write of ``timers`` timers attempted at ``now`` failed."""
         self.failed_writes += 1
         if self.current is None:
-            self.current = {"side": self.side, "start": now, "end": None, "failed_writes": 0, "failed_timers": 0,
-                            "replay_failures": 0, "queued_max": 0, "replayed": 0, "dropped": 0,
-                            "first_error": _one_line(exc)}
+            self.current = {
+                "side": self.side,
+                "start": now,
+                "end": None,
+                "failed_writes": 0,
+                "failed_timers": 0,
+                "replay_failures": 0,
+                "queued_max": 0,
+                "replayed": 0,
+                "dropped": 0,
+                "first_error": _one_line(exc),
+            }
         self.current["failed_writes"] += 1
         self.current["failed_timers"] += timers
         self.current["last_error"] = _one_line(exc)
@@ -398,8 +410,14 @@ class DualWriteScheduler:
     needs_temporal = False
     default_options: dict[str, Any] = {}
 
-    def __init__(self, primary: Scheduler, shadow: Scheduler, dual: DualState | None = None, *,
-                 write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        primary: Scheduler,
+        shadow: Scheduler,
+        dual: DualState | None = None,
+        *,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
+    ) -> None:
         self.primary = primary
         self.shadow = shadow
         self.stores: dict[str, Scheduler] = {PRIMARY: primary, SHADOW: shadow}
@@ -513,7 +531,10 @@ class DualWriteScheduler:
         """The application removes timers: from every store it writes (the store of record's
         count is returned). Not queued on failure: a rehearsal never disarms on its own."""
         async with self._lock("arm"):
-            counts = [await self.stores[side].disarm(ids) for side in sorted(self.writes, key=lambda s: s != self.record_side())]
+            counts = [
+                await self.stores[side].disarm(ids)
+                for side in sorted(self.writes, key=lambda s: s != self.record_side())
+            ]
         return counts[0] if counts else 0
 
     async def _write(self, side: str, timers: list[Timer]) -> None:
@@ -562,8 +583,9 @@ class DualWriteScheduler:
             task.cancel()
         self._drains.clear()
 
-    async def copy(self, source: str, target: str, *, disarm_extra: bool = False,
-                   rearm_lagging: bool = False) -> dict[str, Any]:
+    async def copy(
+        self, source: str, target: str, *, disarm_extra: bool = False, rearm_lagging: bool = False
+    ) -> dict[str, Any]:
         """Bring ``target`` up to ``source`` (a backfill, or the re-sync of a rollback): arm what
         the target lacks or holds at another fire time; with ``disarm_extra`` also disarm what
         only the target holds. Ids written to the target since it joined the dual write are
@@ -584,15 +606,16 @@ class DualWriteScheduler:
             h = have.get(t.id)
             if h is not None and t.fire_at is not None and abs(h - t.fire_at) < MATCH_S:
                 already += 1
-            elif (not rearm_lagging and h is not None and t.fire_at is not None
-                  and self.dual.explains(t.id, h, t.fire_at)):
+            elif (
+                not rearm_lagging and h is not None and t.fire_at is not None and self.dual.explains(t.id, h, t.fire_at)
+            ):
                 catching_up += 1
             else:
                 todo.append(t)
         armed = skipped = 0
         written = self.written[target]
         for lo in range(0, len(todo), COPY_BATCH):
-            chunk = todo[lo:lo + COPY_BATCH]
+            chunk = todo[lo : lo + COPY_BATCH]
             async with self._lock(target):
                 fresh = [t for t in chunk if written.get(t.id, -math.inf) < since]
                 skipped += len(chunk) - len(fresh)
@@ -618,11 +641,21 @@ class DualWriteScheduler:
                 extra = [i for i in extra if written.get(i, -math.inf) < since]
                 if extra:
                     disarmed = await self.stores[target].disarm(extra)
-        return {"source_armed": len(src), "target_armed_before": len(tgt), "copied": armed, "already_equal": already,
-                "catching_up": catching_up, "skipped_written_since": skipped, "disarmed": disarmed,
-                "read_s": read_s, "took_s": time.time() - t0}
+        return {
+            "source_armed": len(src),
+            "target_armed_before": len(tgt),
+            "copied": armed,
+            "already_equal": already,
+            "catching_up": catching_up,
+            "skipped_written_since": skipped,
+            "disarmed": disarmed,
+            "read_s": read_s,
+            "took_s": time.time() - t0,
+        }
 
-    async def repair(self, side: str, timers: Sequence[Timer], extra_ids: Sequence[str], since: float) -> tuple[int, int]:
+    async def repair(
+        self, side: str, timers: Sequence[Timer], extra_ids: Sequence[str], since: float
+    ) -> tuple[int, int]:
         """Reconcile's repair inside a dual write: arm ``timers`` into ``side`` and disarm
         ``extra_ids``, except ids written there since ``since`` (a newer write won). Returns
         (armed, disarmed)."""
@@ -638,9 +671,7 @@ class DualWriteScheduler:
 
     # -- the claim loops ---------------------------------------------------------------------------
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         """Both stores' claim loops until ``stop``; a loop may be stopped, crashed, restarted or
         stalled meanwhile (:meth:`stop_loop`, :meth:`crash_loop`, :meth:`start_loop`,
         :meth:`stall`). Raises when a loop ends without being asked to."""
@@ -705,7 +736,7 @@ class DualWriteScheduler:
         lp.stop.set()
         try:
             await asyncio.wait_for(asyncio.shield(lp.task), LOOP_STOP_S)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             lp.task.cancel()
             await asyncio.wait({lp.task})
         except BaseException:
@@ -729,7 +760,7 @@ class DualWriteScheduler:
         gate.clear()
         try:
             await asyncio.wait_for(done.wait(), seconds)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             pass
         finally:
             gate.set()

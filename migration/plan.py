@@ -29,9 +29,9 @@ where an item may also be a mapping ``{step: rollback, at: 40s}``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 Durations = Callable[[str], float]  # "30s" -> 30.0, raising ValueError (loadgen.rates.parse_duration)
 
@@ -98,7 +98,9 @@ def load_plan(path: str | Path, parse_duration: Durations) -> list[Step]:
         raise PlanError(f"plan file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     items = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
-        raise PlanError(f"plan file {path} needs a non-empty list under 'steps:', e.g. steps: [{DUAL_WRITE}, {BACKFILL}]")
+        raise PlanError(
+            f"plan file {path} needs a non-empty list under 'steps:', e.g. steps: [{DUAL_WRITE}, {BACKFILL}]"
+        )
     steps = []
     for item in items:
         if isinstance(item, dict):
@@ -126,22 +128,27 @@ def validate(steps: list[Step]) -> None:
             written_new = True
         elif k == BACKFILL:
             if not written_new:
-                raise PlanError(f"step {s.text!r}: backfill must come after {DUAL_WRITE} (a backfill before dual "
-                                f"writing starts misses every write made in between)")
+                raise PlanError(
+                    f"step {s.text!r}: backfill must come after {DUAL_WRITE} (a backfill before dual "
+                    f"writing starts misses every write made in between)"
+                )
             if backfilled:
                 raise PlanError(f"step {s.text!r}: the plan already backfills")
             backfilled = True
         elif k == SWITCH:
             if not backfilled:
-                raise PlanError(f"step {s.text!r}: execution can switch only after {DUAL_WRITE} and {BACKFILL} "
-                                f"(the new store would lack the timers armed before)")
+                raise PlanError(
+                    f"step {s.text!r}: execution can switch only after {DUAL_WRITE} and {BACKFILL} "
+                    f"(the new store would lack the timers armed before)"
+                )
             if executor_new:
                 raise PlanError(f"step {s.text!r}: the new store already executes")
             executor_new = True
         elif k == STOP_OLD:
             if not executor_new:
-                raise PlanError(f"step {s.text!r}: the old store can stop only while the new one executes "
-                                f"(after {SWITCH})")
+                raise PlanError(
+                    f"step {s.text!r}: the old store can stop only while the new one executes (after {SWITCH})"
+                )
             if old_stopped:
                 raise PlanError(f"step {s.text!r}: the old store has already stopped")
             old_stopped = True
@@ -184,8 +191,10 @@ def schedule(steps: list[Step], run_s: float) -> list[tuple[Step, float]]:
     out = []
     for s, t in zip(steps, times):
         if t >= run_s:
-            raise PlanError(f"step {s.text!r} at {t:g} s falls outside the run (0 .. {run_s:g} s); "
-                            f"lengthen --duration or move the step")
+            raise PlanError(
+                f"step {s.text!r} at {t:g} s falls outside the run (0 .. {run_s:g} s); "
+                f"lengthen --duration or move the step"
+            )
         out.append((s, float(t)))
     return out
 

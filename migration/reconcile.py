@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from schedulers.base import Scheduler, Timer
 
@@ -56,15 +57,17 @@ class Drift:
         return {
             "missing": [f"{i} (source fires {_when(t.fire_at, now)})" for i, t in sorted(self.missing.items())[:n]],
             "extra": [f"{i} (target fires {_when(f, now)})" for i, f in sorted(self.extra.items())[:n]],
-            "moved": [f"{i} (source {_when(t.fire_at, now)}, target {_when(f, now)}, off by {_delta(f, t.fire_at)})"
-                      for i, (t, f) in sorted(self.moved.items())[:n]],
+            "moved": [
+                f"{i} (source {_when(t.fire_at, now)}, target {_when(f, now)}, off by {_delta(f, t.fire_at)})"
+                for i, (t, f) in sorted(self.moved.items())[:n]
+            ],
         }
 
 
 def _when(t: float | None, now: float) -> str:
     if t is None:
         return "now"
-    iso = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    iso = datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return f"{iso} ({t - now:+,.1f} s)"
 
 
@@ -80,8 +83,9 @@ def _same(a: float | None, b: float | None, tolerance_s: float) -> bool:
     return abs(a - b) < tolerance_s
 
 
-def diff(source: Sequence[Timer], target: Sequence[Timer], *, tolerance_s: float = MATCH_S,
-         explains: Explains | None = None) -> Drift:
+def diff(
+    source: Sequence[Timer], target: Sequence[Timer], *, tolerance_s: float = MATCH_S, explains: Explains | None = None
+) -> Drift:
     """Compare two reads by id and fire time."""
     d = Drift()
     tgt = {t.id: t.fire_at for t in target}
@@ -127,9 +131,17 @@ async def read(source: Scheduler, target: Scheduler) -> tuple[list[Timer], list[
     return list(src), list(tgt)
 
 
-async def reconcile(source: Scheduler, target: Scheduler, *, settle_s: float, repair: bool = False,
-                    tolerance_s: float = MATCH_S, explains: Explains | None = None,
-                    repair_with: Repair | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+async def reconcile(
+    source: Scheduler,
+    target: Scheduler,
+    *,
+    settle_s: float,
+    repair: bool = False,
+    tolerance_s: float = MATCH_S,
+    explains: Explains | None = None,
+    repair_with: Repair | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Find drift (confirmed over ``settle_s``), optionally repair it, and report.
 
     ``repair_with(timers, extra_ids, since)`` replaces the plain ``target.arm`` / ``target.disarm``
@@ -140,20 +152,33 @@ async def reconcile(source: Scheduler, target: Scheduler, *, settle_s: float, re
     src, tgt = await read(source, target)
     first = diff(src, tgt, tolerance_s=tolerance_s, explains=explains)
     report: dict[str, Any] = {
-        "source": source.name, "target": target.name, "source_armed": len(src), "target_armed": len(tgt),
-        "tolerance_s": tolerance_s, "settle_s": settle_s, "first_read": first.counts(),
+        "source": source.name,
+        "target": target.name,
+        "source_armed": len(src),
+        "target_armed": len(tgt),
+        "tolerance_s": tolerance_s,
+        "settle_s": settle_s,
+        "first_read": first.counts(),
     }
     drift, went_away = first, 0
     second_read_at = started
     if first.total and settle_s > 0:
-        say(f"reconcile: {first.total:,} differences in the first read; reading again in {settle_s:g} s to "
-            f"confirm (a live store may be catching up)")
+        say(
+            f"reconcile: {first.total:,} differences in the first read; reading again in {settle_s:g} s to "
+            f"confirm (a live store may be catching up)"
+        )
         await asyncio.sleep(settle_s)
         second_read_at = time.time()
         src, tgt = await read(source, target)
         drift, went_away = confirm(first, diff(src, tgt, tolerance_s=tolerance_s, explains=explains), tolerance_s)
-    report.update(drift=drift.counts(), samples=drift.samples(), went_away=went_away, catching_up=drift.catching_up,
-                  repaired=None, after_repair=None)
+    report.update(
+        drift=drift.counts(),
+        samples=drift.samples(),
+        went_away=went_away,
+        catching_up=drift.catching_up,
+        repaired=None,
+        after_repair=None,
+    )
     if repair and drift.total:
         timers = [t for t in drift.missing.values()] + [t for t, _ in drift.moved.values()]
         extra = sorted(drift.extra)
@@ -165,8 +190,10 @@ async def reconcile(source: Scheduler, target: Scheduler, *, settle_s: float, re
             disarmed = await target.disarm(extra) if extra else 0
             armed = len(timers)
         report["repaired"] = {"armed": armed, "disarmed": disarmed}
-        say(f"reconcile: re-armed {armed:,} timers in {target.name} from {source.name}, disarmed {disarmed:,}; "
-            f"checking again")
+        say(
+            f"reconcile: re-armed {armed:,} timers in {target.name} from {source.name}, disarmed {disarmed:,}; "
+            f"checking again"
+        )
         src, tgt = await read(source, target)
         after = diff(src, tgt, tolerance_s=tolerance_s, explains=explains)
         if after.total and settle_s > 0:
@@ -182,12 +209,16 @@ async def reconcile(source: Scheduler, target: Scheduler, *, settle_s: float, re
 def summary_line(r: dict[str, Any]) -> str:
     """One line: what drifted, what was repaired, what is left."""
     d = r["drift"]
-    line = (f"{r['source']} -> {r['target']}: {r['source_armed']:,} vs {r['target_armed']:,} armed; drift "
-            f"{d['total']:,} (missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,})")
+    line = (
+        f"{r['source']} -> {r['target']}: {r['source_armed']:,} vs {r['target_armed']:,} armed; drift "
+        f"{d['total']:,} (missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,})"
+    )
     if r.get("catching_up"):
         line += f"; {r['catching_up']:,} catching up (a fire behind, re-arm known)"
     if r.get("repaired") is not None:
         a = r["after_repair"] or {}
-        line += (f"; repaired: re-armed {r['repaired']['armed']:,}, disarmed {r['repaired']['disarmed']:,}; "
-                 f"after repair {a.get('total', 0):,}")
+        line += (
+            f"; repaired: re-armed {r['repaired']['armed']:,}, disarmed {r['repaired']['disarmed']:,}; "
+            f"after repair {a.get('total', 0):,}"
+        )
     return line

@@ -26,8 +26,9 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from migration import plan as plan_mod
 from migration.compare import Comparison, Verdict, compare, in_windows, lag_comparison, verdict
@@ -77,16 +78,28 @@ class RehearsalResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["verdict"] = {"word": self.verdict.word, "go": self.verdict.go, "reasons": self.verdict.reasons,
-                        "checks": self.verdict.checks}
+        d["verdict"] = {
+            "word": self.verdict.word,
+            "go": self.verdict.go,
+            "reasons": self.verdict.reasons,
+            "checks": self.verdict.checks,
+        }
         return d
 
 
 class Rehearsal:
     """Walks a plan (steps at offsets from ``origin``) over ``dw`` while its loops run."""
 
-    def __init__(self, dw: DualWriteScheduler, plan: list[tuple[plan_mod.Step, float]], origin: float, *,
-                 settle_s: float, long_horizon: Sequence[str] = (), say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        dw: DualWriteScheduler,
+        plan: list[tuple[plan_mod.Step, float]],
+        origin: float,
+        *,
+        settle_s: float,
+        long_horizon: Sequence[str] = (),
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.dw = dw
         self.dual = dw.dual
         self.plan = plan
@@ -127,7 +140,7 @@ class Rehearsal:
 
     async def walk(self, stop: asyncio.Event) -> None:
         """Each remaining step at its time (late, if the one before ran over), until ``stop``."""
-        for rec in self.records[:self._next]:  # applied before the loops ran: checked now
+        for rec in self.records[: self._next]:  # applied before the loops ran: checked now
             self._checks.append(asyncio.create_task(self._check_into(rec)))
         while self._next < len(self.plan) and not stop.is_set():
             step, at = self.plan[self._next]
@@ -152,8 +165,11 @@ class Rehearsal:
             rec.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             rec.problems.append(f"step {step.text} failed: {rec.error}")
         rec.took_s = time.time() - started
-        self.say(f"step {step.kind} at {rec.started_s:.1f} s took {rec.took_s:.1f} s: " + _describe(rec.did)
-                 + (f" FAILED: {rec.error}" if rec.error else ""))
+        self.say(
+            f"step {step.kind} at {rec.started_s:.1f} s took {rec.took_s:.1f} s: "
+            + _describe(rec.did)
+            + (f" FAILED: {rec.error}" if rec.error else "")
+        )
         self._checks.append(asyncio.create_task(self._check_into(rec)))
 
     async def finish(self) -> None:
@@ -192,9 +208,14 @@ class Rehearsal:
         self.backfilled = r["copied"]
         self.synced.add(SHADOW)
         self.windows.append([time.time(), None])
-        rec.did = {"copied": r["copied"], "already_equal": r["already_equal"], "catching_up": r["catching_up"],
-                   "skipped_written_since": r["skipped_written_since"], "source_armed": r["source_armed"],
-                   "read_s": round(r["read_s"], 3)}
+        rec.did = {
+            "copied": r["copied"],
+            "already_equal": r["already_equal"],
+            "catching_up": r["catching_up"],
+            "skipped_written_since": r["skipped_written_since"],
+            "source_armed": r["source_armed"],
+            "read_s": round(r["read_s"], 3),
+        }
 
     async def _switch_execution(self, rec: StepRecord) -> None:
         due_from = self.dual.switch(SHADOW, time.time() + SWITCH_MARGIN_S)
@@ -204,8 +225,10 @@ class Rehearsal:
     async def _stop_old_writes(self, rec: StepRecord) -> None:
         # 1. the application stops writing the old store (the new one becomes the store of record)
         if self.dw.outbox[SHADOW].pending:
-            rec.problems.append(f"stop-old-writes with {len(self.dw.outbox[SHADOW].pending):,} writes to "
-                                f"{self.names()[SHADOW]} still queued: the new store of record is behind")
+            rec.problems.append(
+                f"stop-old-writes with {len(self.dw.outbox[SHADOW].pending):,} writes to "
+                f"{self.names()[SHADOW]} still queued: the new store of record is behind"
+            )
         dropped = await self.dw.stop_writes(PRIMARY)
         # 2. the old store executes what was due before the switch, then its loop stops
         switch_due = self.dual.switch_at or time.time()
@@ -221,12 +244,18 @@ class Rehearsal:
         # fires due just before the stop may still have been on their way to the old store (it
         # observes them a lag later): judged only up to the slower store's grace before the stop
         self._close_window(time.time() - self.grace_s)
-        rec.did = {"writes_to": self._written_names(), "dropped_queued_writes": dropped,
-                   "drained_before_stop_s": round(drained - (rec.started_s + self.origin), 3),
-                   "still_owed_by_old_store": len(owed), "old_loop": "stopped"}
+        rec.did = {
+            "writes_to": self._written_names(),
+            "dropped_queued_writes": dropped,
+            "drained_before_stop_s": round(drained - (rec.started_s + self.origin), 3),
+            "still_owed_by_old_store": len(owed),
+            "old_loop": "stopped",
+        }
         if owed:
-            rec.problems.append(f"the old store ({self.names()[PRIMARY]}) stopped owing {len(owed)} fires due before "
-                                f"the switch, e.g. " + ", ".join(f"{t}@{d:.3f}" for t, d in owed[:CHECK_SAMPLES]))
+            rec.problems.append(
+                f"the old store ({self.names()[PRIMARY]}) stopped owing {len(owed)} fires due before "
+                f"the switch, e.g. " + ", ".join(f"{t}@{d:.3f}" for t, d in owed[:CHECK_SAMPLES])
+            )
 
     async def _rollback(self, rec: StepRecord) -> None:
         old = PRIMARY
@@ -246,11 +275,15 @@ class Rehearsal:
         self.executor = old
         if self.windows and self.windows[-1][1] is not None:
             self.windows.append([due_from, None])
-        rec.did = {"executes": self.names()[old], "fires_due_from_s": round(due_from - self.origin, 3),
-                   "writes_to": self._written_names()}
+        rec.did = {
+            "executes": self.names()[old],
+            "fires_due_from_s": round(due_from - self.origin, 3),
+            "writes_to": self._written_names(),
+        }
         if resync is not None:
-            rec.did["resync"] = {k: resync[k] for k in ("copied", "already_equal", "catching_up",
-                                                         "skipped_written_since")}
+            rec.did["resync"] = {
+                k: resync[k] for k in ("copied", "already_equal", "catching_up", "skipped_written_since")
+            }
 
     async def _reconcile(self, rec: StepRecord) -> None:
         target = other(self.executor)
@@ -267,8 +300,15 @@ class Rehearsal:
         async def repair_with(timers, extra, since):
             return await self.dw.repair(target, timers, extra, since)
 
-        return await reconcile(self.dw.stores[source], self.dw.stores[target], settle_s=self.settle_s, repair=True,
-                               explains=self.dual.explains, repair_with=repair_with, say=self.say)
+        return await reconcile(
+            self.dw.stores[source],
+            self.dw.stores[target],
+            settle_s=self.settle_s,
+            repair=True,
+            explains=self.dual.explains,
+            repair_with=repair_with,
+            say=self.say,
+        )
 
     def _close_window(self, t: float) -> None:
         if self.windows and self.windows[-1][1] is None:
@@ -289,33 +329,46 @@ class Rehearsal:
                 rec.problems.append(
                     f"after {rec.text}: {c['missing']:,} timers the application armed are not armed in "
                     f"{names[side]}{' (which executes)' if side == rec.checks['executor'] else ''}, e.g. "
-                    + ", ".join(c["missing_samples"]))
+                    + ", ".join(c["missing_samples"])
+                )
             if c["only_here"]:
                 rec.problems.append(
                     f"after {rec.text}: {c['only_here']:,} timers armed only in {names[side]}, which does not "
-                    f"execute, e.g. " + ", ".join(c["only_here_samples"]))
+                    f"execute, e.g. " + ", ".join(c["only_here_samples"])
+                )
             lh = c.get("long_horizon")
             if lh and lh["right"] < lh["of"]:
                 rec.problems.append(
                     f"after {rec.text}: long-horizon timers {lh['right']:,} of {lh['of']:,} in {names[side]} at "
-                    f"their fire time, e.g. wrong or missing " + ", ".join(lh["wrong_samples"]))
+                    f"their fire time, e.g. wrong or missing " + ", ".join(lh["wrong_samples"])
+                )
 
     async def _violations(self, executor: str, synced: set[str]) -> dict[str, dict[str, Any]]:
         """One read of both stores against the invariants: per store, the ids violating each."""
         stores = self.dw.stores
-        reads = dict(zip((PRIMARY, SHADOW), await asyncio.gather(*(stores[s].export_armed() for s in (PRIMARY, SHADOW)))))
+        reads = dict(
+            zip((PRIMARY, SHADOW), await asyncio.gather(*(stores[s].export_armed() for s in (PRIMARY, SHADOW))))
+        )
         ids = {s: {t.id: t.fire_at for t in reads[s]} for s in reads}
         expected = dict(self.dual.expected)
         out: dict[str, dict[str, Any]] = {}
         for side in (PRIMARY, SHADOW):
             have = ids[side]
             # each violation: id -> the store's fire time (None: not armed there)
-            v: dict[str, Any] = {"armed": len(have), "missing": {}, "only_here": {}, "lh_wrong": {},
-                                 "expected": expected}
+            v: dict[str, Any] = {
+                "armed": len(have),
+                "missing": {},
+                "only_here": {},
+                "lh_wrong": {},
+                "expected": expected,
+            }
             if side in synced or side == executor:
                 v["missing"] = {i: None for i in expected if i not in have}
-                v["lh_wrong"] = {i: have.get(i) for i in self.long_horizon
-                                 if i in expected and (have.get(i) is None or abs(have[i] - expected[i]) >= MATCH_S)}
+                v["lh_wrong"] = {
+                    i: have.get(i)
+                    for i in self.long_horizon
+                    if i in expected and (have.get(i) is None or abs(have[i] - expected[i]) >= MATCH_S)
+                }
             if side != executor:
                 v["only_here"] = {i: f for i, f in have.items() if i not in ids[executor]}
             out[side] = v
@@ -332,32 +385,52 @@ class Rehearsal:
             second = await self._violations(executor, synced)
             # still there, and the store did not change it meanwhile (a write in flight during a
             # read, or a later step changing what a store should hold, is not a violation)
-            confirmed = {s: {**second[s], **{k: {i: f for i, f in second[s][k].items()
-                                                 if i in first[s][k] and _same(first[s][k][i], f)}
-                                             for k in ("missing", "only_here", "lh_wrong")}}
-                         for s in second}
+            confirmed = {
+                s: {
+                    **second[s],
+                    **{
+                        k: {i: f for i, f in second[s][k].items() if i in first[s][k] and _same(first[s][k][i], f)}
+                        for k in ("missing", "only_here", "lh_wrong")
+                    },
+                }
+                for s in second
+            }
         stores: dict[str, Any] = {}
         for side, v in confirmed.items():
             c: dict[str, Any] = {
-                "store": self.names()[side], "armed": v["armed"],
+                "store": self.names()[side],
+                "armed": v["armed"],
                 "holds_everything": side in synced or side == executor,
-                "missing": len(v["missing"]), "missing_samples": sorted(v["missing"])[:CHECK_SAMPLES],
-                "only_here": len(v["only_here"]), "only_here_samples": sorted(v["only_here"])[:CHECK_SAMPLES],
+                "missing": len(v["missing"]),
+                "missing_samples": sorted(v["missing"])[:CHECK_SAMPLES],
+                "only_here": len(v["only_here"]),
+                "only_here_samples": sorted(v["only_here"])[:CHECK_SAMPLES],
             }
             if c["holds_everything"] and self.long_horizon:
                 n = len([i for i in self.long_horizon if i in self.dual.expected])
                 wrong = sorted(v["lh_wrong"])[:CHECK_SAMPLES]
-                c["long_horizon"] = {"of": n, "right": n - len(v["lh_wrong"]),
-                                     "wrong_samples": [_vs(i, v["lh_wrong"][i], v["expected"].get(i)) for i in wrong]}
+                c["long_horizon"] = {
+                    "of": n,
+                    "right": n - len(v["lh_wrong"]),
+                    "wrong_samples": [_vs(i, v["lh_wrong"][i], v["expected"].get(i)) for i in wrong],
+                }
             stores[side] = c
         return {"executor": executor, "stores": stores}
 
     # -- the verdict -----------------------------------------------------------------------------------
 
-    def judge(self, *, tolerance_s: float, ended_at: float, grace_s: float | None = None,
-              max_extra_ratio: float = 0.001, max_lag_p99_s: float | None = None,
-              max_lag_regression_s: float | None = None, lag_from: float | None = None,
-              faults: Sequence[tuple[float, float]] = ()) -> RehearsalResult:
+    def judge(
+        self,
+        *,
+        tolerance_s: float,
+        ended_at: float,
+        grace_s: float | None = None,
+        max_extra_ratio: float = 0.001,
+        max_lag_p99_s: float | None = None,
+        max_lag_regression_s: float | None = None,
+        lag_from: float | None = None,
+        faults: Sequence[tuple[float, float]] = (),
+    ) -> RehearsalResult:
         """Compare what both sides fired over the judged windows, count every fire's fate per
         step, and give the verdict. Fires due in the last ``grace_s`` (default: the slower
         side's declared max lag plus 2 s) are not judged; lag figures also leave out fires due
@@ -365,7 +438,9 @@ class Rehearsal:
         after it (:meth:`recoveries`)."""
         dw, dual = self.dw, self.dual
         primary, shadow = dw.primary, dw.shadow
-        grace = grace_s if grace_s is not None else max(primary.capabilities.max_lag_s, shadow.capabilities.max_lag_s) + 2.0
+        grace = (
+            grace_s if grace_s is not None else max(primary.capabilities.max_lag_s, shadow.capabilities.max_lag_s) + 2.0
+        )
         judged_until = ended_at - grace
         windows = [(a, b if b is not None else ended_at) for a, b in self.windows]
         comparison = compare(dual.fires[PRIMARY], dual.fires[SHADOW], tolerance_s, judged_until, windows)
@@ -381,15 +456,18 @@ class Rehearsal:
 
         lag = lag_comparison(dual.fires[PRIMARY], dual.fires[SHADOW], lag_judged)
         lag["excluded_windows"] = [list(w) for w in lag_exclude]
-        lag["faults"] = [{k: (v - self.origin if k != "recovered_s" and v is not None else v) for k, v in r.items()}
-                         for r in recoveries]
+        lag["faults"] = [
+            {k: (v - self.origin if k != "recovered_s" and v is not None else v) for k, v in r.items()}
+            for r in recoveries
+        ]
         lost_keys = dual.lost(judged_until)
         lost_samples = [f"{t}@{d:.3f}" for t, d in lost_keys[:10]]
         self._count_fires(lost_keys, judged_until)
         divergence = self.divergence()
         more = [p for r in self.records for p in r.problems]
-        more += [f"step {r.text} did not run (the run ended before its time)" for r in self.records
-                 if r.started_s is None]
+        more += [
+            f"step {r.text} did not run (the run ended before its time)" for r in self.records if r.started_s is None
+        ]
         more += self._reconcile_reasons(divergence)
         if max_lag_p99_s is None:
             limit_ms = shadow.capabilities.max_lag_s * 1000.0
@@ -398,22 +476,40 @@ class Rehearsal:
             limit_ms = max_lag_p99_s * 1000.0
             source = "--max-lag-p99"
         v = verdict(
-            comparison, duplicate_effects=dual.duplicate_effects(), lost=len(lost_keys), lag=lag,
-            max_lag_p99_ms=limit_ms, max_lag_p99_source=source,
+            comparison,
+            duplicate_effects=dual.duplicate_effects(),
+            lost=len(lost_keys),
+            lag=lag,
+            max_lag_p99_ms=limit_ms,
+            max_lag_p99_source=source,
             max_lag_regression_ms=None if max_lag_regression_s is None else max_lag_regression_s * 1000.0,
-            max_extra_ratio=max_extra_ratio, lost_samples=lost_samples, double_executed=len(dual.double_executed),
+            max_extra_ratio=max_extra_ratio,
+            lost_samples=lost_samples,
+            double_executed=len(dual.double_executed),
             more_reasons=more,
         )
         executed_by = {PRIMARY: 0, SHADOW: 0}
         for side in dual.executed.values():
             executed_by[side] += 1
         return RehearsalResult(
-            comparison=comparison, verdict=v, lag=lag, backfilled=self.backfilled,
-            duplicate_effects=dual.duplicate_effects(), lost=len(lost_keys), lost_samples=lost_samples,
-            double_executed=len(dual.double_executed), undecided=dual.undecided,
-            skipped_already_done=dual.skipped_already_done, switches=list(dual.switches), windows=windows,
-            steps=self.records, divergence=divergence, reconcile=self.final_reconcile, started_at=self.origin,
-            ended_at=ended_at, executed_by=executed_by,
+            comparison=comparison,
+            verdict=v,
+            lag=lag,
+            backfilled=self.backfilled,
+            duplicate_effects=dual.duplicate_effects(),
+            lost=len(lost_keys),
+            lost_samples=lost_samples,
+            double_executed=len(dual.double_executed),
+            undecided=dual.undecided,
+            skipped_already_done=dual.skipped_already_done,
+            switches=list(dual.switches),
+            windows=windows,
+            steps=self.records,
+            divergence=divergence,
+            reconcile=self.final_reconcile,
+            started_at=self.origin,
+            ended_at=ended_at,
+            executed_by=executed_by,
         )
 
     def recoveries(self, faults: Sequence[tuple[float, float]], horizon_s: float = 120.0) -> list[dict[str, Any]]:
@@ -433,15 +529,26 @@ class Rehearsal:
                 last = None
                 for items in self.dual.fires[side].by_id.values():
                     for due, lag in items:
-                        if start <= due + lag and due <= end + horizon_s and lag > bound and (last is None or due > last):
+                        if (
+                            start <= due + lag
+                            and due <= end + horizon_s
+                            and lag > bound
+                            and (last is None or due > last)
+                        ):
                             last = due
                 same = self.dw.primary.name == self.dw.shadow.name  # a control run: both the same design
                 name = f"{store.name} ({'old' if side == PRIMARY else 'new'})" if same else store.name
                 recovered[name] = None if last is None else max(0.0, last - end)
                 if last is not None and side == SHADOW:
                     late_until = max(late_until, last)
-            out.append({"start": start, "end": end, "recovered_s": recovered,
-                        "excluded_until": max(end + self.grace_s, late_until + 0.001)})
+            out.append(
+                {
+                    "start": start,
+                    "end": end,
+                    "recovered_s": recovered,
+                    "excluded_until": max(end + self.grace_s, late_until + 0.001),
+                }
+            )
         return out
 
     def _count_fires(self, lost_keys: list[tuple[str, float]], judged_until: float) -> None:
@@ -481,7 +588,7 @@ class Rehearsal:
             "replayed": sum(self.dw.outbox[s].replayed for s in (PRIMARY, SHADOW)),
             "record_store_failures": self.dw.record_failures,
             "design": "queued: failed writes to the store that is not the store of record go to a per-store outbox "
-                      "(latest timer per id) replayed with backoff; the application's write never waits for it",
+            "(latest timer per id) replayed with backoff; the application's write never waits for it",
         }
 
     def _reconcile_reasons(self, divergence: dict[str, Any]) -> list[str]:
@@ -495,14 +602,18 @@ class Rehearsal:
         out = []
         after = r.get("after_repair")
         if after and after["total"]:
-            out.append(f"the stores still differ after reconciliation: {after['total']:,} timers (missing "
-                       f"{after['missing']:,}, extra {after['extra']:,}, moved {after['moved']:,})")
+            out.append(
+                f"the stores still differ after reconciliation: {after['total']:,} timers (missing "
+                f"{after['missing']:,}, extra {after['extra']:,}, moved {after['moved']:,})"
+            )
         d = r["drift"]
         if d["total"] and not divergence["windows"]:
             s = r["samples"]
             eg = (s["missing"] + s["extra"] + s["moved"])[:3]
-            out.append(f"the stores drifted apart with no failed write to explain it: {d['total']:,} timers "
-                       f"(missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,}), e.g. " + "; ".join(eg))
+            out.append(
+                f"the stores drifted apart with no failed write to explain it: {d['total']:,} timers "
+                f"(missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,}), e.g. " + "; ".join(eg)
+            )
         return out
 
 
@@ -533,9 +644,17 @@ class AppWriter:
     store outage meets real dual writes. A write the store of record refuses is the
     application's failed request: counted and tried again with the next tick."""
 
-    def __init__(self, dw: DualWriteScheduler, timers: Sequence[Timer], rate_per_s: float, *, seed: int = 1,
-                 min_days: float = 30.0, max_days: float = 60.0,
-                 on_armed: Callable[[Sequence[Timer], float], None] | None = None) -> None:
+    def __init__(
+        self,
+        dw: DualWriteScheduler,
+        timers: Sequence[Timer],
+        rate_per_s: float,
+        *,
+        seed: int = 1,
+        min_days: float = 30.0,
+        max_days: float = 60.0,
+        on_armed: Callable[[Sequence[Timer], float], None] | None = None,
+    ) -> None:
         self.dw = dw
         self.timers = list(timers)
         self.rate_per_s = rate_per_s
@@ -581,8 +700,12 @@ class AppWriter:
         return Timer(t.id, fire_at, t.type, t.tenant_id, t.priority)
 
     def report(self) -> dict[str, Any]:
-        return {"rate_per_s": self.rate_per_s, "writes": self.writes, "refused_by_store_of_record": self.refused,
-                "last_error": self.last_error}
+        return {
+            "rate_per_s": self.rate_per_s,
+            "writes": self.writes,
+            "refused_by_store_of_record": self.refused,
+            "last_error": self.last_error,
+        }
 
 
 async def rehearse(
@@ -614,7 +737,7 @@ async def rehearse(
     dw = DualWriteScheduler(primary, shadow, dual)
     await dw.setup()
     for i in range(0, len(before_dual_write), 5000):
-        await dw.arm(before_dual_write[i:i + 5000])
+        await dw.arm(before_dual_write[i : i + 5000])
     origin = time.time()
     steps_ = plan_mod.parse_steps(steps, parse_duration)
     settle = settle_s if settle_s is not None else 2 * dw.capabilities.max_lag_s + 2.0
@@ -629,7 +752,7 @@ async def rehearse(
         writer = asyncio.create_task(AppWriter(dw, app_writes[0], app_writes[1]).run(stop))
     try:
         for i in range(0, len(during_dual_write), 5000):
-            await dw.arm(during_dual_write[i:i + 5000])
+            await dw.arm(during_dual_write[i : i + 5000])
         deadline = origin + duration_s
         while time.time() < deadline and not stop.is_set():
             if runner.done():
@@ -650,9 +773,14 @@ async def rehearse(
         with contextlib.suppress(asyncio.CancelledError):
             try:
                 await asyncio.wait_for(runner, timeout=60)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 runner.cancel()
-    result = reh.judge(tolerance_s=tolerance_s, ended_at=origin + duration_s, grace_s=grace_s,
-                       max_extra_ratio=max_extra_ratio, max_lag_p99_s=max_lag_p99_s,
-                       max_lag_regression_s=max_lag_regression_s)
+    result = reh.judge(
+        tolerance_s=tolerance_s,
+        ended_at=origin + duration_s,
+        grace_s=grace_s,
+        max_extra_ratio=max_extra_ratio,
+        max_lag_p99_s=max_lag_p99_s,
+        max_lag_regression_s=max_lag_regression_s,
+    )
     return result, reh

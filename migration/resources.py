@@ -25,8 +25,11 @@ def side_resources(run_dir: Path, scheduler) -> dict[str, Any]:
         fires = scheduler.dual.fires[side].count
         mine = samples[samples["scope"].str.replace(rundir.TOAST_SUFFIX, "", regex=False).isin(rels)]
         last = mine.sort_values("t").groupby(["scope", "metric"]).last()["value"]
-        writes = sum(float(last.get((scope, m), 0.0)) for scope in mine["scope"].unique()
-                     for m in ("n_tup_ins", "n_tup_upd", "n_tup_del"))
+        writes = sum(
+            float(last.get((scope, m), 0.0))
+            for scope in mine["scope"].unique()
+            for m in ("n_tup_ins", "n_tup_upd", "n_tup_del")
+        )
         dead = mine[mine["metric"] == "n_dead_tup"]
         heap = dead[~dead["scope"].str.endswith(rundir.TOAST_SUFFIX)].groupby("t")["value"].sum()
         toast = dead[dead["scope"].str.endswith(rundir.TOAST_SUFFIX)].groupby("t")["value"].sum()

@@ -66,12 +66,20 @@ def _num(v) -> float | None:
 def bloat_rows(runs: list[Run]) -> list[BloatRow]:
     out = []
     for r in runs:
-        for rel in ((r.summary.get("bloat") or {}).get("relations") or []):
-            out.append(BloatRow(
-                run=r.label, relation=str(rel.get("scope")), dead_exact=_num(rel.get("dead_tuple_count")),
-                dead_percent=_num(rel.get("dead_tuple_percent")), free_bytes=_num(rel.get("free_space")),
-                free_percent=_num(rel.get("free_percent")), n_dead_tup=_num(rel.get("n_dead_tup")),
-                live_exact=_num(rel.get("tuple_count")), disagree=bool(rel.get("disagree"))))
+        for rel in (r.summary.get("bloat") or {}).get("relations") or []:
+            out.append(
+                BloatRow(
+                    run=r.label,
+                    relation=str(rel.get("scope")),
+                    dead_exact=_num(rel.get("dead_tuple_count")),
+                    dead_percent=_num(rel.get("dead_tuple_percent")),
+                    free_bytes=_num(rel.get("free_space")),
+                    free_percent=_num(rel.get("free_percent")),
+                    n_dead_tup=_num(rel.get("n_dead_tup")),
+                    live_exact=_num(rel.get("tuple_count")),
+                    disagree=bool(rel.get("disagree")),
+                )
+            )
     return out
 
 
@@ -104,10 +112,17 @@ def process_rows(runs: list[Run]) -> list[ProcessRow]:
         for server, figures in sorted((r.summary.get("servers") or {}).items()):
             per_fire = figures.get("per_fire") or {}
             kinds = {k.split(".", 1)[1] for k in per_fire if k.startswith(("write_bytes.", "cpu_s."))}
-            rows = [ProcessRow(r.label, server, kind, _num(per_fire.get(f"write_chars.{kind}")),
-                               _num(per_fire.get(f"write_bytes.{kind}")),
-                               None if _num(per_fire.get(f"cpu_s.{kind}")) is None
-                               else 1000.0 * float(per_fire[f"cpu_s.{kind}"])) for kind in kinds]
+            rows = [
+                ProcessRow(
+                    r.label,
+                    server,
+                    kind,
+                    _num(per_fire.get(f"write_chars.{kind}")),
+                    _num(per_fire.get(f"write_bytes.{kind}")),
+                    None if _num(per_fire.get(f"cpu_s.{kind}")) is None else 1000.0 * float(per_fire[f"cpu_s.{kind}"]),
+                )
+                for kind in kinds
+            ]
             rows = [x for x in rows if x.write_chars_per_fire or x.write_bytes_per_fire or x.cpu_ms_per_fire]
             out.extend(sorted(rows, key=lambda x: -(x.write_chars_per_fire or 0.0)))
     return out
@@ -145,12 +160,27 @@ def top_statements(run: Run, n: int = TOP_STATEMENTS) -> TopStatements:
     def rows(order: str) -> list[StatementRow]:
         picked = design.sort_values(order, ascending=False).head(n)
         picked = picked[picked[order] > 0]
-        return [StatementRow(
-            query=" ".join(str(q).split())[:QUERY_CHARS], calls_per_fire=c / fires, ms_per_fire=t / fires,
-            mean_ms=m, wal_bytes_per_fire=w / fires, fpi_per_fire=fpi / fires, dirtied_per_fire=d / fires,
-            rows_per_call=(rw / c) if c else 0.0)
-            for q, c, t, m, w, fpi, d, rw in zip(picked["query"], picked["calls"], picked["total_exec_ms"],
-                                                 picked["mean_exec_ms"], picked["wal_bytes"], picked["wal_fpi"],
-                                                 picked["shared_blks_dirtied"], picked["rows"])]
+        return [
+            StatementRow(
+                query=" ".join(str(q).split())[:QUERY_CHARS],
+                calls_per_fire=c / fires,
+                ms_per_fire=t / fires,
+                mean_ms=m,
+                wal_bytes_per_fire=w / fires,
+                fpi_per_fire=fpi / fires,
+                dirtied_per_fire=d / fires,
+                rows_per_call=(rw / c) if c else 0.0,
+            )
+            for q, c, t, m, w, fpi, d, rw in zip(
+                picked["query"],
+                picked["calls"],
+                picked["total_exec_ms"],
+                picked["mean_exec_ms"],
+                picked["wal_bytes"],
+                picked["wal_fpi"],
+                picked["shared_blks_dirtied"],
+                picked["rows"],
+            )
+        ]
 
     return TopStatements(run.label, rows("total_exec_ms"), rows("wal_bytes"))

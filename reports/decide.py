@@ -28,8 +28,9 @@ class Decision:
     gate: GateVerdict | None = None
 
 
-def build_decision(runs: list[Run], slo: str | None = None, project_rate: float | None = None,
-                   gate: GateVerdict | None = None) -> Decision:
+def build_decision(
+    runs: list[Run], slo: str | None = None, project_rate: float | None = None, gate: GateVerdict | None = None
+) -> Decision:
     rates = {r.label: rate_of(r.summary, project_rate) for r in runs}
     return Decision(
         recommendation=recommend(runs, slo),
@@ -63,8 +64,11 @@ def _ms(v: float | None) -> str:
 
 def recommendation_blocks(d: Decision) -> list[Block]:
     rec = d.recommendation
-    out = [Block("h2", "Recommendation"), Block("strong", rec.headline),
-           Block("p", f"SLO: {rec.slo_text}." + (f" Cost: {rec.cost_figure}." if rec.cost_figure else ""))]
+    out = [
+        Block("h2", "Recommendation"),
+        Block("strong", rec.headline),
+        Block("p", f"SLO: {rec.slo_text}." + (f" Cost: {rec.cost_figure}." if rec.cost_figure else "")),
+    ]
     if rec.why:
         out += [Block("h3", "Why"), Block("list", items=rec.why)]
     if rec.would_change:
@@ -72,23 +76,46 @@ def recommendation_blocks(d: Decision) -> list[Block]:
     if rec.not_measured:
         out += [Block("h3", "What was not measured"), Block("list", items=rec.not_measured)]
     if rec.verdicts and len(rec.verdicts) > 1:
-        out.append(Block("table", header=["run", "meets the SLO", "checks", "cost per fire"],
-                         rows=[[v.run.label, "yes" if v.meets else "no",
-                                "; ".join(f"{t}: {m}{'' if ok else ' ✘'}" for t, m, ok in v.checks),
-                                "—" if v.cost is None else fmt_figure(FIGURES[rec.cost_name], v.cost)] for v in rec.verdicts]))
+        out.append(
+            Block(
+                "table",
+                header=["run", "meets the SLO", "checks", "cost per fire"],
+                rows=[
+                    [
+                        v.run.label,
+                        "yes" if v.meets else "no",
+                        "; ".join(f"{t}: {m}{'' if ok else ' ✘'}" for t, m, ok in v.checks),
+                        "—" if v.cost is None else fmt_figure(FIGURES[rec.cost_name], v.cost),
+                    ]
+                    for v in rec.verdicts
+                ],
+            )
+        )
     return out
 
 
 def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
     if not d.scorecards:
         return []
-    out = [Block("h2", "Fairness across tenants"),
-           Block("p", "Over the fires due in the measured window, a fire never delivered counted as infinitely late. "
-                      "Jain's index is over each tenant's on-time share of its own due fires (1 = every tenant served "
-                      "alike); the starvation bound is the longest a tenant with due work went without a fire while "
-                      "other tenants fired.")]
-    rows = [["tenants"], ["Jain's index"], ["worst tenant's lag p99"], ["median tenant's lag p99"],
-            ["worst / median p99"], ["starvation bound"], ["tenants with a late or missed fire"]]
+    out = [
+        Block("h2", "Fairness across tenants"),
+        Block(
+            "p",
+            "Over the fires due in the measured window, a fire never delivered counted as infinitely late. "
+            "Jain's index is over each tenant's on-time share of its own due fires (1 = every tenant served "
+            "alike); the starvation bound is the longest a tenant with due work went without a fire while "
+            "other tenants fired.",
+        ),
+    ]
+    rows = [
+        ["tenants"],
+        ["Jain's index"],
+        ["worst tenant's lag p99"],
+        ["median tenant's lag p99"],
+        ["worst / median p99"],
+        ["starvation bound"],
+        ["tenants with a late or missed fire"],
+    ]
     for r in runs:
         sc = d.scorecards[r.label]
         t = sc.tenants
@@ -97,7 +124,11 @@ def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
         rows[2].append(_ms(sc.worst_p99_ms) + (f" ({sc.worst_tenant})" if sc.worst_tenant else ""))
         rows[3].append(_ms(sc.median_p99_ms))
         rows[4].append("—" if sc.worst_over_median is None else f"{sc.worst_over_median:.1f}x")
-        rows[5].append("—" if sc.starved_s is None else f"{sc.starved_s:.2f} s" + (f" ({sc.starved_tenant})" if sc.starved_tenant else ""))
+        rows[5].append(
+            "—"
+            if sc.starved_s is None
+            else f"{sc.starved_s:.2f} s" + (f" ({sc.starved_tenant})" if sc.starved_tenant else "")
+        )
         rows[6].append("—" if not len(t) else str(int(((t["late"] + t["missed"]) > 0).sum())))
     out.append(Block("table", header=["figure"] + [r.label for r in runs], rows=rows))
     for r in runs:
@@ -106,9 +137,24 @@ def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
             continue
         shown = t if len(t) <= 12 else t.head(10)
         out.append(Block("h3", f"{r.label}: per tenant" + ("" if len(t) <= 12 else f" (the 10 largest of {len(t)})")))
-        out.append(Block("table", header=["tenant", "due", "on time", "late", "missed", "lag p50", "lag p99"],
-                         rows=[[str(x.tenant), f"{x.due:,}", f"{x.on_time:,}", f"{x.late:,}", f"{x.missed:,}",
-                                _ms(x.p50_ms), _ms(x.p99_ms)] for x in shown.itertuples()]))
+        out.append(
+            Block(
+                "table",
+                header=["tenant", "due", "on time", "late", "missed", "lag p50", "lag p99"],
+                rows=[
+                    [
+                        str(x.tenant),
+                        f"{x.due:,}",
+                        f"{x.on_time:,}",
+                        f"{x.late:,}",
+                        f"{x.missed:,}",
+                        _ms(x.p50_ms),
+                        _ms(x.p99_ms),
+                    ]
+                    for x in shown.itertuples()
+                ],
+            )
+        )
     return out
 
 
@@ -125,13 +171,23 @@ def per_day_blocks(d: Decision, runs: list[Run]) -> list[Block]:
     if not runs:
         return []
     rates = {d.rates.get(r.label) for r in runs}
-    at = (f"at {d.project_rate:g} fires/s (--project-rate)" if d.project_rate else
-          "at each run's target rate" if len(rates) > 1 else f"at {next(iter(rates)) or 0:g} fires/s (the runs' target rate)")
-    out = [Block("h2", "Cost per day " + at),
-           Block("p", "Per-fire figures of the measured window times the rate: exact arithmetic on a measured figure, "
-                      "as good as the window it was measured over (its length is in each run's column header). "
-                      "Growth is the one extrapolation: a least-squares slope of the table and index sizes over the "
-                      "window, ± one standard error.")]
+    at = (
+        f"at {d.project_rate:g} fires/s (--project-rate)"
+        if d.project_rate
+        else "at each run's target rate"
+        if len(rates) > 1
+        else f"at {next(iter(rates)) or 0:g} fires/s (the runs' target rate)"
+    )
+    out = [
+        Block("h2", "Cost per day " + at),
+        Block(
+            "p",
+            "Per-fire figures of the measured window times the rate: exact arithmetic on a measured figure, "
+            "as good as the window it was measured over (its length is in each run's column header). "
+            "Growth is the one extrapolation: a least-squares slope of the table and index sizes over the "
+            "window, ± one standard error.",
+        ),
+    ]
     names: list[str] = []
     for r in runs:
         names += [p.figure for p in d.per_day[r.label] if p.figure not in names]
@@ -145,7 +201,9 @@ def per_day_blocks(d: Decision, runs: list[Run]) -> list[Block]:
             if p is not None and p.value is not None and p.why:
                 notes.append(f"{r.label}, {name}: {p.why}.")
         rows.append(row)
-    header = ["per day (dead tuples per hour)"] + [f"{r.label} ({(r.summary.get('measured_s') or 0):.0f} s window)" for r in runs]
+    header = ["per day (dead tuples per hour)"] + [
+        f"{r.label} ({(r.summary.get('measured_s') or 0):.0f} s window)" for r in runs
+    ]
     out.append(Block("table", header=header, rows=rows))
     if notes:
         out.append(Block("list", items=notes))
@@ -157,9 +215,11 @@ def gate_blocks(d: Decision) -> list[Block]:
     if g is None:
         return []
     rows = [[line.threshold.text, "failed" if line.failed else "passed", line.why] for line in g.lines]
-    return [Block("h2", "Regression gate: " + ("FAIL" if g.failed else "PASS")),
-            Block("p", f"Baseline: {', '.join(g.baseline_runs)}; candidate: {', '.join(g.candidate_runs)}."),
-            Block("table", header=["threshold", "result", "why"], rows=rows)]
+    return [
+        Block("h2", "Regression gate: " + ("FAIL" if g.failed else "PASS")),
+        Block("p", f"Baseline: {', '.join(g.baseline_runs)}; candidate: {', '.join(g.candidate_runs)}."),
+        Block("table", header=["threshold", "result", "why"], rows=rows),
+    ]
 
 
 # -- writers ----------------------------------------------------------------------------------
@@ -180,8 +240,12 @@ def blocks_html(blocks: list[Block], section_id: str) -> str:
             out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in b.items) + "</ul>")
         elif b.kind == "table":
             head = "".join(f'<th class="{"k" if i == 0 else ""}">{escape(h)}</th>' for i, h in enumerate(b.header))
-            body = "".join("<tr>" + "".join(f'<td class="{"k" if i == 0 else "text"}">{escape(c)}</td>'
-                                            for i, c in enumerate(row)) + "</tr>" for row in b.rows)
+            body = "".join(
+                "<tr>"
+                + "".join(f'<td class="{"k" if i == 0 else "text"}">{escape(c)}</td>' for i, c in enumerate(row))
+                + "</tr>"
+                for row in b.rows
+            )
             out.append(f"<table><tr>{head}</tr>{body}</table>")
     return "\n".join(out) + "</section>"
 
@@ -204,8 +268,10 @@ def blocks_markdown(blocks: list[Block]) -> str:
         elif b.kind == "list":
             out.append("\n".join(f"- {i}" for i in b.items))
         elif b.kind == "table":
-            lines = ["| " + " | ".join(_md_cell(h) for h in b.header) + " |",
-                     "| " + " | ".join(["---"] + ["---:"] * (len(b.header) - 1)) + " |"]
+            lines = [
+                "| " + " | ".join(_md_cell(h) for h in b.header) + " |",
+                "| " + " | ".join(["---"] + ["---:"] * (len(b.header) - 1)) + " |",
+            ]
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("\n".join(lines))
     return "\n\n".join(out)

@@ -47,46 +47,70 @@ SIGNATURES = {
 
 SEED_FIGURE = {
     "delete_reinsert_churn": "seeds/003: each poll deleted its row and inserted the next run "
-                             "(four writes per poll: an insert, two updates, a delete)",
+    "(four writes per poll: an insert, two updates, a delete)",
     "low_hot_many_indexes": "seeds/003: 18% of updates HOT, six indexes",
     "wide_toasted_rows": "seeds/003: wide rows, large encrypted columns stored out of line in TOAST",
     "horizon_held": "seeds/003: a long transaction or an idle session with an open transaction kept "
-                    "the queue's dead tuples from being reclaimed",
+    "the queue's dead tuples from being reclaimed",
     "due_scan_dead_tuples": "seeds/003: 872M dead tuples against 99k live rows; the due query walked an "
-                            "index full of dead entries",
+    "index full of dead entries",
 }
 
 # Which design addresses each signature, and how (the designs' own docstrings and the seeds).
 ADDRESSED_BY = {
     "delete_reinsert_churn": [
         ("pg_leased", "rows are updated in place and never deleted per fire (seeds/000, seeds/001)"),
-        ("temporal_shards", "timers live in shard workflows; the trigger row is read and written by key, "
-                            "never deleted per fire (seeds/003)"),
+        (
+            "temporal_shards",
+            "timers live in shard workflows; the trigger row is read and written by key, "
+            "never deleted per fire (seeds/003)",
+        ),
     ],
     "low_hot_many_indexes": [
-        ("temporal_shards", "no index on the fire time and fillfactor 50 on the trigger table: seeds/003 "
-                            "measured 100% HOT updates after the move"),
-        ("pg_leased", "wide state in its own table updated by key (split_state) and fillfactor knobs; its "
-                      "schedule table still changes indexed columns on every claim "
-                      "(schedulers/pg_leased/MEASUREMENTS.md)"),
+        (
+            "temporal_shards",
+            "no index on the fire time and fillfactor 50 on the trigger table: seeds/003 "
+            "measured 100% HOT updates after the move",
+        ),
+        (
+            "pg_leased",
+            "wide state in its own table updated by key (split_state) and fillfactor knobs; its "
+            "schedule table still changes indexed columns on every claim "
+            "(schedulers/pg_leased/MEASUREMENTS.md)",
+        ),
     ],
     "wide_toasted_rows": [
-        ("pg_leased", "state in its own table, kept inline and written only when it changed (split_state, "
-                      "inline_state, skip_unchanged_state; schedulers/pg_leased/MEASUREMENTS.md)"),
-        ("temporal_shards", "state committed by key and skipped when the poll cursor did not change "
-                            "(seeds/003's next step, built in)"),
+        (
+            "pg_leased",
+            "state in its own table, kept inline and written only when it changed (split_state, "
+            "inline_state, skip_unchanged_state; schedulers/pg_leased/MEASUREMENTS.md)",
+        ),
+        (
+            "temporal_shards",
+            "state committed by key and skipped when the poll cursor did not change (seeds/003's next step, built in)",
+        ),
     ],
     "horizon_held": [
-        ("temporal_shards", "the dispatch path never scans Postgres by due time, so a held horizon no longer "
-                            "slows the ticks (seeds/003); the holder still needs ending"),
-        ("pg_leased", "claim transactions are tiny: claim, commit, then execute (seeds/000: 'long "
-                      "transactions are poison')"),
+        (
+            "temporal_shards",
+            "the dispatch path never scans Postgres by due time, so a held horizon no longer "
+            "slows the ticks (seeds/003); the holder still needs ending",
+        ),
+        (
+            "pg_leased",
+            "claim transactions are tiny: claim, commit, then execute (seeds/000: 'long transactions are poison')",
+        ),
     ],
     "due_scan_dead_tuples": [
-        ("temporal_shards", "the next due timer comes from a min-heap in a shard workflow: no due-time scan "
-                            "of Postgres at all (seeds/003)"),
-        ("pg_leased", "a partial index on scheduled rows and in-place updates keep the scanned range small "
-                      "(seeds/000)"),
+        (
+            "temporal_shards",
+            "the next due timer comes from a min-heap in a shard workflow: no due-time scan "
+            "of Postgres at all (seeds/003)",
+        ),
+        (
+            "pg_leased",
+            "a partial index on scheduled rows and in-place updates keep the scanned range small (seeds/000)",
+        ),
     ],
 }
 
@@ -143,34 +167,60 @@ def _churn(data: dict[str, Any]) -> Finding:
     per_row_per_h = (replaced * 3600.0 / live) if live else None
     balanced = ins > 0 and CHURN_BALANCE[0] <= dels / ins <= CHURN_BALANCE[1]
     shown = bool(balanced and per_row_per_h is not None and per_row_per_h >= CHURN_REPLACED_PER_ROW_PER_H)
-    figure = (f"{fmt.num(ins)} inserts/s, {fmt.num(dels)} deletes/s and {fmt.num(upd)} updates/s against "
-              f"{fmt.fixed(live)} live rows over {fmt.num(c['window_s'])} s")
+    figure = (
+        f"{fmt.num(ins)} inserts/s, {fmt.num(dels)} deletes/s and {fmt.num(upd)} updates/s against "
+        f"{fmt.fixed(live)} live rows over {fmt.num(c['window_s'])} s"
+    )
     if replaced > 0 and live:
-        figure += (f": every row deleted and re-inserted about every {fmt.num(live / replaced)} s "
-                   f"({fmt.num(per_row_per_h)} times an hour)")
+        figure += (
+            f": every row deleted and re-inserted about every {fmt.num(live / replaced)} s "
+            f"({fmt.num(per_row_per_h)} times an hour)"
+        )
         if ins:
             figure += f", with {fmt.num(upd / ins)} updates per re-insert"
-    return Finding("delete_reinsert_churn", "", shown, figure,
-                   {"inserts_per_s": ins, "deletes_per_s": dels, "updates_per_s": upd, "live_rows": live,
-                    "replaced_per_row_per_h": per_row_per_h})
+    return Finding(
+        "delete_reinsert_churn",
+        "",
+        shown,
+        figure,
+        {
+            "inserts_per_s": ins,
+            "deletes_per_s": dels,
+            "updates_per_s": upd,
+            "live_rows": live,
+            "replaced_per_row_per_h": per_row_per_h,
+        },
+    )
 
 
 def _hot(data: dict[str, Any]) -> Finding:
     c = _table_churn(data)
     n_indexes = data["shape"]["index_count"]
     if not c:
-        return Finding("low_hot_many_indexes", "", None,
-                       f"{n_indexes} indexes; no watch window: HOT ratio not measured", {"indexes": n_indexes})
+        return Finding(
+            "low_hot_many_indexes",
+            "",
+            None,
+            f"{n_indexes} indexes; no watch window: HOT ratio not measured",
+            {"indexes": n_indexes},
+        )
     hot, upd = c["hot_ratio"], c["updates"]
     non_hot_writes = c["inserts"] + c["updates"] - c["hot_updates"]
     index_entries_per_s = non_hot_writes * n_indexes / c["window_s"] if c["window_s"] else None
     evidence = {"hot_ratio": hot, "updates": upd, "indexes": n_indexes, "index_entries_per_s": index_entries_per_s}
     if hot is None:
-        return Finding("low_hot_many_indexes", "", None,
-                       f"no updates in the window, so no HOT ratio; {n_indexes} indexes", evidence)
+        return Finding(
+            "low_hot_many_indexes",
+            "",
+            None,
+            f"no updates in the window, so no HOT ratio; {n_indexes} indexes",
+            evidence,
+        )
     shown = hot < LOW_HOT_RATIO and n_indexes >= MANY_INDEXES
-    figure = (f"HOT {fmt.pct(hot)} of {fmt.fixed(upd)} updates on a table with {n_indexes} indexes: each insert and "
-              f"non-HOT update adds an entry to all {n_indexes}, about {fmt.num(index_entries_per_s)} index entries/s")
+    figure = (
+        f"HOT {fmt.pct(hot)} of {fmt.fixed(upd)} updates on a table with {n_indexes} indexes: each insert and "
+        f"non-HOT update adds an entry to all {n_indexes}, about {fmt.num(index_entries_per_s)} index entries/s"
+    )
     return Finding("low_hot_many_indexes", "", shown, figure, evidence)
 
 
@@ -185,16 +235,24 @@ def _toast(data: dict[str, Any]) -> Finding:
         rows = _live_rows(data)
         per_row = (shape["toast_bytes"] / rows) if rows else None
         source = "TOAST table size per live row (dead chunks included)"
-    evidence = {"toast_bytes_per_row": per_row, "source": source, "toast_bytes": shape["toast_bytes"],
-                "heap_bytes": shape["heap_bytes"]}
+    evidence = {
+        "toast_bytes_per_row": per_row,
+        "source": source,
+        "toast_bytes": shape["toast_bytes"],
+        "heap_bytes": shape["heap_bytes"],
+    }
     if per_row is None:
         return Finding("wide_toasted_rows", "", None, "row count unknown: TOAST width per row not computed", evidence)
-    figure = (f"{fmt.human_bytes(per_row)} stored out of line per live row ({source}); TOAST "
-              f"{fmt.human_bytes(shape['toast_bytes'])} beside a {fmt.human_bytes(shape['heap_bytes'])} heap")
+    figure = (
+        f"{fmt.human_bytes(per_row)} stored out of line per live row ({source}); TOAST "
+        f"{fmt.human_bytes(shape['toast_bytes'])} beside a {fmt.human_bytes(shape['heap_bytes'])} heap"
+    )
     toast_churn = (data.get("churn") or {}).get("toast")
     if toast_churn:
-        figure += (f"; the TOAST table took {fmt.num(toast_churn['inserts_per_s'])} chunk inserts/s and "
-                   f"{fmt.num(toast_churn['deletes_per_s'])} chunk deletes/s")
+        figure += (
+            f"; the TOAST table took {fmt.num(toast_churn['inserts_per_s'])} chunk inserts/s and "
+            f"{fmt.num(toast_churn['deletes_per_s'])} chunk deletes/s"
+        )
         evidence["toast_inserts_per_s"] = toast_churn["inserts_per_s"]
         evidence["toast_deletes_per_s"] = toast_churn["deletes_per_s"]
     return Finding("wide_toasted_rows", "", per_row >= WIDE_TOAST_BYTES_PER_ROW, figure, evidence)
@@ -213,8 +271,12 @@ def _horizon(data: dict[str, Any]) -> Finding:
     h = data.get("horizon") or {}
     limit = naptime_s(data.get("settings") or {})
     holders = [x for x in h.get("holders", []) if x.get("age_s") is not None and x["kind"] != "autovacuum worker"]
-    evidence = {"naptime_s": limit, "holders": holders[:5], "idle_in_transaction": h.get("idle_in_transaction"),
-                "hidden_sessions": h.get("hidden_sessions")}
+    evidence = {
+        "naptime_s": limit,
+        "holders": holders[:5],
+        "idle_in_transaction": h.get("idle_in_transaction"),
+        "hidden_sessions": h.get("hidden_sessions"),
+    }
     c = _table_churn(data)
     died = f"; {fmt.fixed(c['dead_created'])} row versions of this table died in the window" if c else ""
     if holders:
@@ -223,9 +285,11 @@ def _horizon(data: dict[str, Any]) -> Finding:
         approx = "about " if top["age_estimated"] else ""
         pid = f" (pid {top['pid']})" if top.get("pid") else ""
         where = "" if top.get("same_database") in (True, None) else " in another database (the horizon is per cluster)"
-        figure = (f"oldest holder: {top['kind']}{pid}{where}, {approx}{fmt.num(top['age_s'])} s old "
-                  f"({fmt.fixed(top['xid_age'])} transactions behind), against autovacuum_naptime {fmt.num(limit)} s"
-                  f"{died}")
+        figure = (
+            f"oldest holder: {top['kind']}{pid}{where}, {approx}{fmt.num(top['age_s'])} s old "
+            f"({fmt.fixed(top['xid_age'])} transactions behind), against autovacuum_naptime {fmt.num(limit)} s"
+            f"{died}"
+        )
         if h.get("idle_in_transaction"):
             figure += f"; {h['idle_in_transaction']} session(s) idle in transaction"
         return Finding("horizon_held", "", shown, figure, evidence)
@@ -233,21 +297,37 @@ def _horizon(data: dict[str, Any]) -> Finding:
     unaged = [x for x in h.get("holders", []) if x.get("age_s") is None]
     if unaged:
         oldest = max(x["xid_age"] or 0 for x in unaged)
-        return Finding("horizon_held", "", None,
-                       f"{len(unaged)} holder(s) whose age this role cannot read (the oldest "
-                       f"{fmt.fixed(oldest)} transactions behind, {unaged[0]['kind']}) and no transaction-id rate to "
-                       f"estimate it from{died}", evidence)
+        return Finding(
+            "horizon_held",
+            "",
+            None,
+            f"{len(unaged)} holder(s) whose age this role cannot read (the oldest "
+            f"{fmt.fixed(oldest)} transactions behind, {unaged[0]['kind']}) and no transaction-id rate to "
+            f"estimate it from{died}",
+            evidence,
+        )
     if h.get("hidden_sessions"):
         if est is not None and est >= limit:
-            return Finding("horizon_held", "", True,
-                           f"no visible holder, but the oldest running transaction is {fmt.fixed(behind)} transactions "
-                           f"behind (about {fmt.num(est)} s at the window's rate); {h['hidden_sessions']} "
-                           f"session(s) of other roles are hidden from this role{died}", evidence)
-        return Finding("horizon_held", "", None,
-                       f"{h['hidden_sessions']} session(s) of other roles are hidden from this role; the oldest running "
-                       f"transaction is {fmt.fixed(behind)} transactions behind", evidence)
-    return Finding("horizon_held", "", False, f"nothing held the horizon in {h.get('samples', 0)} samples{died}",
-                   evidence)
+            return Finding(
+                "horizon_held",
+                "",
+                True,
+                f"no visible holder, but the oldest running transaction is {fmt.fixed(behind)} transactions "
+                f"behind (about {fmt.num(est)} s at the window's rate); {h['hidden_sessions']} "
+                f"session(s) of other roles are hidden from this role{died}",
+                evidence,
+            )
+        return Finding(
+            "horizon_held",
+            "",
+            None,
+            f"{h['hidden_sessions']} session(s) of other roles are hidden from this role; the oldest running "
+            f"transaction is {fmt.fixed(behind)} transactions behind",
+            evidence,
+        )
+    return Finding(
+        "horizon_held", "", False, f"nothing held the horizon in {h.get('samples', 0)} samples{died}", evidence
+    )
 
 
 def _due_scan(data: dict[str, Any]) -> Finding:
@@ -265,8 +345,9 @@ def _due_scan(data: dict[str, Any]) -> Finding:
             live, dead = heap.get("tuple_count"), heap.get("dead_tuple_count")
     ratio = (dead / live) if (live and dead is not None) else None
     plan = due.get("plan") or {}
-    idx_window = next((i for i in (data.get("churn") or {}).get("indexes", []) if i["index"] == due.get("due_index")),
-                      None)
+    idx_window = next(
+        (i for i in (data.get("churn") or {}).get("indexes", []) if i["index"] == due.get("due_index")), None
+    )
     per_fetch, per_fetch_what = None, ""
     if idx_window and idx_window["entries_per_row_fetched"] is not None:
         per_fetch, per_fetch_what = idx_window["entries_per_row_fetched"], "entries per live row fetched"
@@ -282,18 +363,29 @@ def _due_scan(data: dict[str, Any]) -> Finding:
     path = (f"{via['node']} using {via['index']}" if via else " / ".join(access)) if plan else "plan not read"
     parts = [f"the due query on {due['due_column']}{' (guessed)' if due.get('guessed') else ''} ({path})"]
     if ratio is not None:
-        parts.append(f"walks a table of {fmt.fixed(dead)} dead against {fmt.fixed(live)} live rows "
-                     f"({fmt.num(ratio)} dead per live, {source})")
+        parts.append(
+            f"walks a table of {fmt.fixed(dead)} dead against {fmt.fixed(live)} live rows "
+            f"({fmt.num(ratio)} dead per live, {source})"
+        )
     if per_fetch is not None:
-        parts.append(f"{due['due_index']}'s scans read {fmt.fixed(idx_window['entries_read'])} entries in the window, "
-                     f"{fmt.num(per_fetch)} {per_fetch_what}")
+        parts.append(
+            f"{due['due_index']}'s scans read {fmt.fixed(idx_window['entries_read'])} entries in the window, "
+            f"{fmt.num(per_fetch)} {per_fetch_what}"
+        )
     if per_row is not None:
         parts.append(f"EXPLAIN ANALYZE: {fmt.num(per_row)} buffers per due row, {fmt.ms(analysed.get('execution_ms'))}")
-    evidence = {"dead_per_live": ratio, "index_entries_per_due_row": per_fetch, "buffers_per_due_row": per_row,
-                "index_used": plan.get("index_used"), "node_types": access}
-    signals = [ratio is not None and ratio >= DEAD_PER_LIVE,
-               per_fetch is not None and per_fetch >= ENTRIES_PER_ROW_FETCHED,
-               per_row is not None and per_row >= BUFFERS_PER_DUE_ROW]
+    evidence = {
+        "dead_per_live": ratio,
+        "index_entries_per_due_row": per_fetch,
+        "buffers_per_due_row": per_row,
+        "index_used": plan.get("index_used"),
+        "node_types": access,
+    }
+    signals = [
+        ratio is not None and ratio >= DEAD_PER_LIVE,
+        per_fetch is not None and per_fetch >= ENTRIES_PER_ROW_FETCHED,
+        per_row is not None and per_row >= BUFFERS_PER_DUE_ROW,
+    ]
     known = ratio is not None or per_fetch is not None or per_row is not None
     return Finding("due_scan_dead_tuples", "", any(signals) if known else None, "; ".join(parts), evidence)
 
@@ -312,22 +404,30 @@ def measured(key: str, runs: list) -> list[str]:
         pf, dead = s.get("per_fire") or {}, s.get("dead_tuples") or {}
         lag = (s.get("lag_ms") or {}).get("p99")
         if key == "delete_reinsert_churn":
-            fig = (f"{fmt.fixed(pf.get('inserts'), '{:,.2f}')} inserts / {fmt.fixed(pf.get('updates'), '{:,.2f}')} updates / "
-                   f"{fmt.fixed(pf.get('deletes'), '{:,.2f}')} deletes per fire")
+            fig = (
+                f"{fmt.fixed(pf.get('inserts'), '{:,.2f}')} inserts / {fmt.fixed(pf.get('updates'), '{:,.2f}')} updates / "
+                f"{fmt.fixed(pf.get('deletes'), '{:,.2f}')} deletes per fire"
+            )
         elif key == "low_hot_many_indexes":
             fig = f"HOT {fmt.pct(s.get('hot_ratio'))}"
         elif key == "wide_toasted_rows":
-            fig = (f"TOAST dead peak {fmt.fixed(dead.get('toast_peak'))}, "
-                   f"{fmt.human_bytes(pf.get('wal_bytes'))} WAL per fire")
+            fig = (
+                f"TOAST dead peak {fmt.fixed(dead.get('toast_peak'))}, "
+                f"{fmt.human_bytes(pf.get('wal_bytes'))} WAL per fire"
+            )
         elif key == "horizon_held":
             holds = [f for f in (s.get("faults") or []) if f.get("kind") == "hold-snapshot" and f.get("fired")]
             if holds:
                 h = holds[0]
-                fig = (f"under --fault {h['spec']}: lag peak {fmt.lag(h.get('lag_peak_ms'))}, "
-                       f"{fmt.fixed(h.get('late_fires'))} late fires; dead tuples peak {fmt.fixed(dead.get('table_peak'))}")
+                fig = (
+                    f"under --fault {h['spec']}: lag peak {fmt.lag(h.get('lag_peak_ms'))}, "
+                    f"{fmt.fixed(h.get('late_fires'))} late fires; dead tuples peak {fmt.fixed(dead.get('table_peak'))}"
+                )
             else:
-                fig = (f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)} "
-                       f"(no hold-snapshot fault in this run; `bench run --fault hold-snapshot@10s:60s` measures it)")
+                fig = (
+                    f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)} "
+                    f"(no hold-snapshot fault in this run; `bench run --fault hold-snapshot@10s:60s` measures it)"
+                )
         else:
             fig = f"dead tuples peak {fmt.fixed(dead.get('table_peak'))}, lag p99 {fmt.lag(lag)}"
         name = Path(r.path).name

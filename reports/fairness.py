@@ -68,14 +68,16 @@ def due_keys(fires: pd.DataFrame, measure_start: float, measure_end: float) -> p
     if fires.empty:
         return pd.DataFrame({"tenant": [], "due_eff": [], "fired": [], "lag": []})
     due_eff = np.fmax(fires["due_at"].to_numpy(float), fires["armed_at"].to_numpy(float))
-    df = pd.DataFrame({
-        "id": fires["timer_id"].to_numpy(object),
-        "due_us": np.rint(fires["due_at"].to_numpy(float) * 1e6).astype(np.int64),
-        "tenant": fires["tenant_id"].astype(str).to_numpy(object),
-        "due_eff": due_eff,
-        "fired": fires["fired_at"].to_numpy(float),
-        "lag": fires["lag_s"].to_numpy(float),
-    })
+    df = pd.DataFrame(
+        {
+            "id": fires["timer_id"].to_numpy(object),
+            "due_us": np.rint(fires["due_at"].to_numpy(float) * 1e6).astype(np.int64),
+            "tenant": fires["tenant_id"].astype(str).to_numpy(object),
+            "due_eff": due_eff,
+            "fired": fires["fired_at"].to_numpy(float),
+            "lag": fires["lag_s"].to_numpy(float),
+        }
+    )
     first = df.sort_values("fired", na_position="last", kind="stable").drop_duplicates(["id", "due_us"])
     first = first[(first["due_eff"] >= measure_start) & (first["due_eff"] < measure_end)]
     lag = np.where(first["fired"].notna(), first["lag"], np.inf)
@@ -114,23 +116,37 @@ def scorecard(fires: pd.DataFrame, measure_start: float, measure_end: float, on_
     keys = due_keys(fires, measure_start, measure_end)
     notes: list[str] = []
     if keys.empty:
-        return Scorecard(pd.DataFrame(columns=TENANT_COLUMNS), None, None, None, None, None, None, None,
-                         ["no fire was due in the measured window"])
+        return Scorecard(
+            pd.DataFrame(columns=TENANT_COLUMNS),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            ["no fire was due in the measured window"],
+        )
     rows = []
     for tenant, k in keys.groupby("tenant", sort=False):
         lag = k["lag"].to_numpy(float)
         got = np.isfinite(lag)
-        rows.append({
-            "tenant": str(tenant),
-            "due": int(len(k)),
-            "on_time": int((got & (lag <= on_time_s)).sum()),
-            "late": int((got & (lag > on_time_s)).sum()),
-            "missed": int((~got).sum()),
-            "p50_ms": _pct_ms(lag, 50.0),
-            "p99_ms": _pct_ms(lag, 99.0),
-        })
-    tenants = pd.DataFrame(rows, columns=TENANT_COLUMNS).sort_values(["due", "tenant"], ascending=[False, True],
-                                                                    kind="stable").reset_index(drop=True)
+        rows.append(
+            {
+                "tenant": str(tenant),
+                "due": int(len(k)),
+                "on_time": int((got & (lag <= on_time_s)).sum()),
+                "late": int((got & (lag > on_time_s)).sum()),
+                "missed": int((~got).sum()),
+                "p50_ms": _pct_ms(lag, 50.0),
+                "p99_ms": _pct_ms(lag, 99.0),
+            }
+        )
+    tenants = (
+        pd.DataFrame(rows, columns=TENANT_COLUMNS)
+        .sort_values(["due", "tenant"], ascending=[False, True], kind="stable")
+        .reset_index(drop=True)
+    )
     shares = (tenants["on_time"] / tenants["due"]).to_numpy(float)
     p99 = tenants["p99_ms"].to_numpy(float)
     worst_i = int(np.argmax(p99))

@@ -59,25 +59,49 @@ def evaluate(baseline: list[Run], candidates: list[Run], thresholds: list[Thresh
         base = _values(baseline, th)
         cand = _values(candidates, th)
         if not cand:
-            lines.append(GateLine(th, base, cand, None, None, True,
-                                  "the candidate runs do not have this figure: the gate cannot pass what it cannot see"))
+            lines.append(
+                GateLine(
+                    th,
+                    base,
+                    cand,
+                    None,
+                    None,
+                    True,
+                    "the candidate runs do not have this figure: the gate cannot pass what it cannot see",
+                )
+            )
             continue
         median = float(np.median(cand))
         if th.relative is None:
             limit = th.value
         elif not base:
-            lines.append(GateLine(th, base, cand, None, median, True,
-                                  "the baseline runs do not have this figure, so a change from it cannot be judged"))
+            lines.append(
+                GateLine(
+                    th,
+                    base,
+                    cand,
+                    None,
+                    median,
+                    True,
+                    "the baseline runs do not have this figure, so a change from it cannot be judged",
+                )
+            )
             continue
         else:
             # the least favourable baseline: the one that gives the candidate the most room
             lenient = max(base) if th.op in (">", ">=") else min(base)
             limit = th.limit(lenient)
         failed = th.crossed(median, limit)
-        rel = "" if th.relative is None else f" ({th.text.split(th.op, 1)[1].strip()} from the baseline's least favourable run)"
+        rel = (
+            ""
+            if th.relative is None
+            else f" ({th.text.split(th.op, 1)[1].strip()} from the baseline's least favourable run)"
+        )
         who = "candidate median" if len(cand) > 1 else "candidate"
-        why = (f"{who} {fmt_figure(th.figure, median)}: {'fails' if failed else 'passes'} "
-               f"'{th.figure.name} {th.op} {fmt_figure(th.figure, limit)}'{rel}")
+        why = (
+            f"{who} {fmt_figure(th.figure, median)}: {'fails' if failed else 'passes'} "
+            f"'{th.figure.name} {th.op} {fmt_figure(th.figure, limit)}'{rel}"
+        )
         lines.append(GateLine(th, base, cand, limit, median, failed, why))
     return GateVerdict(lines, [r.label for r in baseline], [r.label for r in candidates])
 
@@ -93,11 +117,22 @@ def _spread(th: Threshold, values: list[float]) -> str:
 def verdict_markdown(v: GateVerdict) -> str:
     """A short verdict for a CI comment."""
     head = "### timerbench gate: **FAIL**" if v.failed else "### timerbench gate: **PASS**"
-    out = [head, "",
-           f"Baseline: {', '.join(v.baseline_runs) or 'none'} · candidate: {', '.join(v.candidate_runs) or 'none'}"
-           + (" · several runs per side: min / median / max shown" if max(len(v.baseline_runs), len(v.candidate_runs)) > 1 else ""),
-           "", "| threshold | baseline | candidate | result |", "|---|---:|---:|---|"]
+    out = [
+        head,
+        "",
+        f"Baseline: {', '.join(v.baseline_runs) or 'none'} · candidate: {', '.join(v.candidate_runs) or 'none'}"
+        + (
+            " · several runs per side: min / median / max shown"
+            if max(len(v.baseline_runs), len(v.candidate_runs)) > 1
+            else ""
+        ),
+        "",
+        "| threshold | baseline | candidate | result |",
+        "|---|---:|---:|---|",
+    ]
     for line in v.lines:
-        out.append(f"| `{line.threshold.text}` | {_spread(line.threshold, line.baseline)} | "
-                   f"{_spread(line.threshold, line.candidate)} | {'✘ ' if line.failed else '✔ '}{line.why} |")
+        out.append(
+            f"| `{line.threshold.text}` | {_spread(line.threshold, line.baseline)} | "
+            f"{_spread(line.threshold, line.candidate)} | {'✘ ' if line.failed else '✔ '}{line.why} |"
+        )
     return "\n".join(out) + "\n"

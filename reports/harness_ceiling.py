@@ -27,9 +27,23 @@ HELD_TOLERANCE = 0.95  # a calibration at 3x that achieved 2.85x still held (run
 
 # What makes two workloads the same shape: everything but the rate (the population follows it),
 # the window and the seed. The lanes (poll_concurrency) scale with the rate when not given.
-SHAPE_FIELDS = ("interval_min_s", "interval_max_s", "tenants", "tenant_skew", "state_bytes", "latency_median_ms",
-                "latency_p99_ms", "error_rate", "retry_backoff_s", "new_event_rate", "cadence", "long_horizon_share",
-                "herd_share", "trace", "time_compression")
+SHAPE_FIELDS = (
+    "interval_min_s",
+    "interval_max_s",
+    "tenants",
+    "tenant_skew",
+    "state_bytes",
+    "latency_median_ms",
+    "latency_p99_ms",
+    "error_rate",
+    "retry_backoff_s",
+    "new_event_rate",
+    "cadence",
+    "long_horizon_share",
+    "herd_share",
+    "trace",
+    "time_compression",
+)
 
 
 def shape(workload: dict[str, Any]) -> tuple:
@@ -54,8 +68,14 @@ def _light_run(path: Path) -> Run | None:
         summary = rundir.read_summary(path)
     except Exception:  # not a run directory, or one still running: not a calibration to rely on
         return None
-    return Run(path=path, config=config, summary=summary, fires=pd.DataFrame(), samples=pd.DataFrame(),
-               label=config.get("label") or path.name)
+    return Run(
+        path=path,
+        config=config,
+        summary=summary,
+        fires=pd.DataFrame(),
+        samples=pd.DataFrame(),
+        label=config.get("label") or path.name,
+    )
 
 
 def beside(runs: list[Run]) -> list[Run]:
@@ -84,8 +104,14 @@ def attach(runs: list[Run], calibrations: list[Run]) -> None:
         if not same:
             continue
         target = float(run.summary.get("target_rate") or run.workload.get("rate_per_s") or 0.0)
-        run.calibration = max(same, key=lambda c: (c.path.resolve() in given, _for_rate(c) >= target * HELD_TOLERANCE,
-                                                   float(c.config.get("started_at") or 0.0)))
+        run.calibration = max(
+            same,
+            key=lambda c: (
+                c.path.resolve() in given,
+                _for_rate(c) >= target * HELD_TOLERANCE,
+                float(c.config.get("started_at") or 0.0),
+            ),
+        )
 
 
 def _for_rate(c: Run) -> float:
@@ -115,14 +141,22 @@ def ceiling_check(run: Run) -> tuple[bool | None, str] | None:
     if s.get("rate_held"):
         ratio = cal_rate / achieved if achieved else float("inf")
         if ratio >= MARGIN * HELD_TOLERANCE:
-            return True, (f"the harness alone (memory, no store) held {fmt.num(cal_rate)} fires/s on this workload, "
-                          f"{ratio:.1f}× this run's {fmt.num(achieved)}: the figures are the backend's ({where})")
-        return None, (f"the harness held {fmt.num(cal_rate)} fires/s, only {ratio:.1f}× this run's "
-                      f"{fmt.num(achieved)}: calibrate at ≥ {fmt.num(MARGIN * achieved)} fires/s to tell ({where})")
+            return True, (
+                f"the harness alone (memory, no store) held {fmt.num(cal_rate)} fires/s on this workload, "
+                f"{ratio:.1f}× this run's {fmt.num(achieved)}: the figures are the backend's ({where})"
+            )
+        return None, (
+            f"the harness held {fmt.num(cal_rate)} fires/s, only {ratio:.1f}× this run's "
+            f"{fmt.num(achieved)}: calibrate at ≥ {fmt.num(MARGIN * achieved)} fires/s to tell ({where})"
+        )
     third = cal_rate / MARGIN
     if achieved > third:
-        return False, (f"possibly the harness's limit: this run's {fmt.num(achieved)} fires/s is above a third of "
-                       f"the harness's own ceiling on this workload ({fmt.num(cal_rate)} fires/s, not holding "
-                       f"{fmt.num(s.get('offered_rate'))}; {where})")
-    return True, (f"{fmt.num(achieved)} fires/s is below a third of the harness's ceiling on this workload "
-                  f"({fmt.num(cal_rate)} fires/s; {where})")
+        return False, (
+            f"possibly the harness's limit: this run's {fmt.num(achieved)} fires/s is above a third of "
+            f"the harness's own ceiling on this workload ({fmt.num(cal_rate)} fires/s, not holding "
+            f"{fmt.num(s.get('offered_rate'))}; {where})"
+        )
+    return True, (
+        f"{fmt.num(achieved)} fires/s is below a third of the harness's ceiling on this workload "
+        f"({fmt.num(cal_rate)} fires/s; {where})"
+    )

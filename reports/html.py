@@ -7,20 +7,28 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from html import escape
-from typing import Callable
 
 from reports import fmt
+from reports.capacity import section_capacity_html
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
-from reports.why import why_blocks
-from reports.plots import scheduler_colour
 from reports.model import Report
-from reports.capacity import section_capacity_html
+from reports.plots import scheduler_colour
 from reports.sweep import section_sweep_html
-from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
-                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
+from reports.tables import (
+    ENVIRONMENT_ROWS,
+    SUMMARY_LEGEND,
+    environment_differences,
+    environment_value,
+    how_to_read_report,
+    migration_lag_rows,
+    run_checks,
+    warning_lines,
+)
+from reports.why import why_blocks
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
@@ -92,7 +100,9 @@ def section_checks(report: Report) -> str:
                 cells.append("<td>—</td>")
                 continue
             cls, mark = ("ok", "✔") if c.ok else (("unk", "?") if c.ok is None else ("bad", "✘"))
-            cells.append(f'<td class="text" data-check="{escape(name)}" data-ok="{c.ok}"><span class="{cls}">{mark}</span> {escape(c.detail)}</td>')
+            cells.append(
+                f'<td class="text" data-check="{escape(name)}" data-ok="{c.ok}"><span class="{cls}">{mark}</span> {escape(c.detail)}</td>'
+            )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     out = ['<section id="checks-section"><h2>Checks and warnings</h2>']
     if report.runs:
@@ -103,13 +113,18 @@ def section_checks(report: Report) -> str:
         if lines:
             warned = True
             items = [f"<li>{escape(line)}</li>" for line in lines]
-            out.append(f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
-                       f"<ul>{''.join(items)}</ul></div>")
+            out.append(
+                f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
+                f"<ul>{''.join(items)}</ul></div>"
+            )
     diffs = environment_differences(report.runs)
     if diffs:
         warned = True
-        out.append('<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly comparable:<ul>'
-                   + "".join(f"<li>{escape(d)}</li>" for d in diffs) + "</ul></div>")
+        out.append(
+            '<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly comparable:<ul>'
+            + "".join(f"<li>{escape(d)}</li>" for d in diffs)
+            + "</ul></div>"
+        )
     if not warned and report.runs:
         out.append('<div class="okbox">No run recorded a warning.</div>')
     out.append("</section>")
@@ -150,51 +165,71 @@ def section_summary(report: Report) -> str:
             if c.note:
                 classes.append("na")
             title = f' title="{escape(c.note)}"' if c.note else ""
-            cells.append(f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
-                         f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>')
+            cells.append(
+                f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
+                f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>'
+            )
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
     notes = t.notes()
     note_html = ""
     if notes:
-        note_html = ('<div class="notes" id="unavailable"><b>not available</b>, and why:<ul>'
-                     + "".join(f"<li>{escape(label)}: {escape(reason)}</li>" for label, reason in notes) + "</ul></div>")
-    return (f'<section id="summary-section"><h2>Table 1 · Summary</h2>'
-            + "".join(f'<p class="howto">{escape(text)}</p>' for text in how_to_read_report(report.runs))
-            + f'<table id="summary">{_run_headers(report, "figure")}'
-            + "".join(rows) + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p>{note_html}</section>')
+        note_html = (
+            '<div class="notes" id="unavailable"><b>not available</b>, and why:<ul>'
+            + "".join(f"<li>{escape(label)}: {escape(reason)}</li>" for label, reason in notes)
+            + "</ul></div>"
+        )
+    return (
+        '<section id="summary-section"><h2>Table 1 · Summary</h2>'
+        + "".join(f'<p class="howto">{escape(text)}</p>' for text in how_to_read_report(report.runs))
+        + f'<table id="summary">{_run_headers(report, "figure")}'
+        + "".join(rows)
+        + f'</table><p class="meta">{escape(SUMMARY_LEGEND)}</p>{note_html}</section>'
+    )
 
 
 def section_bloat(report: Report) -> str:
     """Table 2: dead tuples by relation at the end of each run, exact beside the estimate."""
     if not report.bloat:
         return ""
-    head = ("<tr><th class=\"k\">run</th><th class=\"k\">relation</th><th>dead tuples (pgstattuple)</th>"
-            "<th>n_dead_tup (statistics)</th><th>dead, % of bytes</th><th>live tuples</th><th>free space</th>"
-            "<th>free %</th><th>agree?</th></tr>")
+    head = (
+        '<tr><th class="k">run</th><th class="k">relation</th><th>dead tuples (pgstattuple)</th>'
+        "<th>n_dead_tup (statistics)</th><th>dead, % of bytes</th><th>live tuples</th><th>free space</th>"
+        "<th>free %</th><th>agree?</th></tr>"
+    )
     rows = []
     for b in report.bloat:
         agree = '<span class="bad">✘ off by more than 20%</span>' if b.disagree else '<span class="ok">✔</span>'
-        rows.append(f'<tr data-bloat="{escape(b.relation)}" data-run="{escape(b.run)}"><td class="k">{escape(b.run)}</td>'
-                    f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td><td>{fmt.fixed(b.n_dead_tup)}</td>'
-                    f"<td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td><td>{fmt.fixed(b.live_exact)}</td>"
-                    f"<td>{fmt.human_bytes(b.free_bytes)}</td><td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>")
-    return (f'<section id="bloat-section"><h2>Table 2 · Dead tuples by relation at the end of each run</h2>'
-            f'<table id="bloat">{head}{"".join(rows)}</table><p class="meta">{escape(BLOAT_NOTE)}</p></section>')
+        rows.append(
+            f'<tr data-bloat="{escape(b.relation)}" data-run="{escape(b.run)}"><td class="k">{escape(b.run)}</td>'
+            f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td><td>{fmt.fixed(b.n_dead_tup)}</td>'
+            f"<td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td><td>{fmt.fixed(b.live_exact)}</td>"
+            f"<td>{fmt.human_bytes(b.free_bytes)}</td><td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>"
+        )
+    return (
+        f'<section id="bloat-section"><h2>Table 2 · Dead tuples by relation at the end of each run</h2>'
+        f'<table id="bloat">{head}{"".join(rows)}</table><p class="meta">{escape(BLOAT_NOTE)}</p></section>'
+    )
 
 
 def section_processes(report: Report) -> str:
     """Table 4: bytes written and CPU per fire by server and kind of process."""
     if not report.processes:
         return ""
-    head = ('<tr><th class="k">run</th><th class="k">server</th><th class="k">process</th>'
-            "<th>bytes passed to write() / fire</th><th>kernel's storage charge / fire</th><th>CPU ms / fire</th></tr>")
-    rows = "".join(f'<tr data-process="{escape(p.kind)}" data-run="{escape(p.run)}"><td class="k">{escape(p.run)}</td>'
-                   f'<td class="k">{escape(p.server)}</td><td class="k">{escape(p.kind)}</td>'
-                   f"<td>{fmt.human_bytes(p.write_chars_per_fire)}</td><td>{fmt.human_bytes(p.write_bytes_per_fire)}</td>"
-                   f"<td>{fmt.num(p.cpu_ms_per_fire)}</td></tr>"
-                   for p in report.processes)
-    return (f'<section id="processes-section"><h2>Table 4 · Bytes written and CPU per fire, by server process</h2>'
-            f'<table id="processes">{head}{rows}</table><p class="meta">{escape(PROCESS_NOTE)}</p></section>')
+    head = (
+        '<tr><th class="k">run</th><th class="k">server</th><th class="k">process</th>'
+        "<th>bytes passed to write() / fire</th><th>kernel's storage charge / fire</th><th>CPU ms / fire</th></tr>"
+    )
+    rows = "".join(
+        f'<tr data-process="{escape(p.kind)}" data-run="{escape(p.run)}"><td class="k">{escape(p.run)}</td>'
+        f'<td class="k">{escape(p.server)}</td><td class="k">{escape(p.kind)}</td>'
+        f"<td>{fmt.human_bytes(p.write_chars_per_fire)}</td><td>{fmt.human_bytes(p.write_bytes_per_fire)}</td>"
+        f"<td>{fmt.num(p.cpu_ms_per_fire)}</td></tr>"
+        for p in report.processes
+    )
+    return (
+        f'<section id="processes-section"><h2>Table 4 · Bytes written and CPU per fire, by server process</h2>'
+        f'<table id="processes">{head}{rows}</table><p class="meta">{escape(PROCESS_NOTE)}</p></section>'
+    )
 
 
 def section_statements(report: Report) -> str:
@@ -202,8 +237,10 @@ def section_statements(report: Report) -> str:
     if not report.statements:
         return ""
     out = ['<section id="statements-section"><h2>Table 3 · Top statements per design</h2>']
-    head = ("<tr><th class=\"k\">statement</th><th>calls / fire</th><th>ms / fire</th><th>mean ms</th>"
-            "<th>WAL / fire</th><th>FPI / fire</th><th>blocks dirtied / fire</th><th>rows / call</th></tr>")
+    head = (
+        '<tr><th class="k">statement</th><th>calls / fire</th><th>ms / fire</th><th>mean ms</th>'
+        "<th>WAL / fire</th><th>FPI / fire</th><th>blocks dirtied / fire</th><th>rows / call</th></tr>"
+    )
     for top in report.statements:
         run = next(r for r in report.runs if r.label == top.run)
         out.append(f"<h3>{_swatch(run)}{escape(top.run)}</h3>")
@@ -215,9 +252,13 @@ def section_statements(report: Report) -> str:
             body = "".join(
                 f'<tr><td class="q">{escape(x.query)}</td><td>{fmt.num(x.calls_per_fire)}</td><td>{fmt.num(x.ms_per_fire)}</td>'
                 f"<td>{fmt.num(x.mean_ms)}</td><td>{fmt.human_bytes(x.wal_bytes_per_fire)}</td><td>{fmt.num(x.fpi_per_fire)}</td>"
-                f"<td>{fmt.num(x.dirtied_per_fire)}</td><td>{fmt.num(x.rows_per_call)}</td></tr>" for x in rows)
-            out.append(f'<table class="statements" data-run="{escape(top.run)}" data-by="{title}"><caption>{escape(title)}</caption>'
-                       f"{head}{body or '<tr><td colspan=8>none</td></tr>'}</table>")
+                f"<td>{fmt.num(x.dirtied_per_fire)}</td><td>{fmt.num(x.rows_per_call)}</td></tr>"
+                for x in rows
+            )
+            out.append(
+                f'<table class="statements" data-run="{escape(top.run)}" data-by="{title}"><caption>{escape(title)}</caption>'
+                f"{head}{body or '<tr><td colspan=8>none</td></tr>'}</table>"
+            )
     out.append(f'<p class="meta">{escape(STATEMENTS_NOTE)}</p></section>')
     return "".join(out)
 
@@ -236,9 +277,11 @@ def section_figures(report: Report) -> str:
     out = [f'<section id="figures"><h2>Figures</h2><div class="meta">Colours: {legend}</div>']
     for f in report.figures:
         data = base64.b64encode(f.png).decode("ascii")
-        out.append(f'<figure id="figure-{f.key}"><img class="plot" data-figure="{f.key}" alt="{escape(f.title)}" '
-                   f'src="data:image/png;base64,{data}"><figcaption><b>Figure {f.number} · {escape(f.title)}.</b> '
-                   f"{escape(f.caption)}</figcaption></figure>")
+        out.append(
+            f'<figure id="figure-{f.key}"><img class="plot" data-figure="{f.key}" alt="{escape(f.title)}" '
+            f'src="data:image/png;base64,{data}"><figcaption><b>Figure {f.number} · {escape(f.title)}.</b> '
+            f"{escape(f.caption)}</figcaption></figure>"
+        )
     out.append("</section>")
     return "".join(out)
 
@@ -251,14 +294,23 @@ def section_environment(report: Report) -> str:
         values = [environment_value(r, key) for r in report.runs]
         cells = "".join(f'<td class="text">{escape(v)}</td>' for v in values)
         rows.append(f'<tr data-env="{key}"><td class="k">{escape(label)}</td>{cells}</tr>')
-    out = [f'<section id="environment-section"><h2>Environment</h2><table id="environment">{_run_headers(report, "")}{"".join(rows)}</table>']
+    out = [
+        f'<section id="environment-section"><h2>Environment</h2><table id="environment">{_run_headers(report, "")}{"".join(rows)}</table>'
+    ]
     for r in report.runs:
         settings = r.environment.get("postgres_settings") or {}
-        body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td class="text">{escape(str(v))}</td></tr>' for k, v in sorted(settings.items()))
-        out.append(f"<details><summary>{_swatch(r)}{escape(r.label)}: resolved workload, options"
-                   + (f" and {len(settings)} Postgres settings" if settings else "") + "</summary>"
-                   f"<pre>{escape(json.dumps({'workload': r.workload, 'options': r.config.get('options') or {}}, indent=2, sort_keys=True, default=str))}</pre>"
-                   + (f'<table class="pgsettings">{body}</table>' if settings else "") + "</details>")
+        body = "".join(
+            f'<tr><td class="k">{escape(str(k))}</td><td class="text">{escape(str(v))}</td></tr>'
+            for k, v in sorted(settings.items())
+        )
+        out.append(
+            f"<details><summary>{_swatch(r)}{escape(r.label)}: resolved workload, options"
+            + (f" and {len(settings)} Postgres settings" if settings else "")
+            + "</summary>"
+            f"<pre>{escape(json.dumps({'workload': r.workload, 'options': r.config.get('options') or {}}, indent=2, sort_keys=True, default=str))}</pre>"
+            + (f'<table class="pgsettings">{body}</table>' if settings else "")
+            + "</details>"
+        )
     out.append("</section>")
     return "".join(out)
 
@@ -274,13 +326,18 @@ def section_migration(report: Report) -> str:
         m = r.migration or {}
         verdict = str(m.get("verdict", "?"))
         cls = "verdict-go" if verdict.upper() == "GO" else "verdict-nogo"
-        out.append(f"<h3>{_swatch(r)}{escape(r.label)}</h3><div class=\"{cls}\">{escape(verdict)}</div>")
+        out.append(f'<h3>{_swatch(r)}{escape(r.label)}</h3><div class="{cls}">{escape(verdict)}</div>')
         reasons = m.get("reasons") or []
         if reasons:
-            out.append('<div class="warnbox"><ul>' + "".join(f"<li>{escape(str(x))}</li>" for x in reasons) + "</ul></div>")
+            out.append(
+                '<div class="warnbox"><ul>' + "".join(f"<li>{escape(str(x))}</li>" for x in reasons) + "</ul></div>"
+            )
         scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-        body = "".join(f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>' for k, v in {**scalars, **counts}.items())
+        body = "".join(
+            f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>'
+            for k, v in {**scalars, **counts}.items()
+        )
         if body:
             out.append(f'<table class="migration">{body}</table>')
         header, rows = migration_lag_rows(m)
@@ -290,7 +347,9 @@ def section_migration(report: Report) -> str:
             out.append(f'<table class="migration-lag"><tr>{head}</tr>{cells}</table>')
         rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts", "reasons")}
         if rest:
-            out.append(f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>")
+            out.append(
+                f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>"
+            )
     out.append("</section>")
     return "".join(out)
 
@@ -298,9 +357,12 @@ def section_migration(report: Report) -> str:
 def section_runs(report: Report) -> str:
     if not report.runs:
         return ""
-    items = "".join(f"<li>{_swatch(r)}<b>{escape(r.label)}</b>: <code>{escape(str(r.path))}</code>"
-                    + (' <span class="bad">(files damaged: see the checks)</span>' if r.problems else "") + "</li>"
-                    for r in report.runs)
+    items = "".join(
+        f"<li>{_swatch(r)}<b>{escape(r.label)}</b>: <code>{escape(str(r.path))}</code>"
+        + (' <span class="bad">(files damaged: see the checks)</span>' if r.problems else "")
+        + "</li>"
+        for r in report.runs
+    )
     return f'<section id="runs"><h2>Run directories</h2><ul>{items}</ul></section>'
 
 

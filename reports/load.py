@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from metrics import rundir
+from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
 from reports import fmt
 from reports.errors import ReportError
-from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Run:
     label: str = ""
     # the harness's own ceiling on this run's workload (reports.harness_ceiling): the memory
     # calibration run that covers it, found beside the run; None when there is none
-    calibration: "Run | None" = None
+    calibration: Run | None = None
 
     @property
     def is_calibration(self) -> bool:
@@ -88,8 +88,10 @@ class Run:
         f = self.fires
         if f.empty or "due_at" not in f:
             return pd.DataFrame({"timer_id": [], "due_eff": [], "fired_at": [], "lag_s": []})
-        d = f.assign(due_us=(f["due_at"] * 1e6).round().astype("int64"),
-                     due_eff=np.fmax(f["due_at"].to_numpy(), f["armed_at"].to_numpy()))
+        d = f.assign(
+            due_us=(f["due_at"] * 1e6).round().astype("int64"),
+            due_eff=np.fmax(f["due_at"].to_numpy(), f["armed_at"].to_numpy()),
+        )
         return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
 
     @property
@@ -148,7 +150,11 @@ class Run:
         rate = self.run_metric("fires_per_s").set_index("elapsed_s")["value"].sort_index()
         work = total.diff()
         dt = pd.Series(total.index, index=total.index).diff()
-        fires = pd.Series(np.interp(total.index, rate.index, rate.to_numpy()), index=total.index) * dt if len(rate) else None
+        fires = (
+            pd.Series(np.interp(total.index, rate.index, rate.to_numpy()), index=total.index) * dt
+            if len(rate)
+            else None
+        )
         if fires is None:
             return pd.DataFrame({"elapsed_s": [], "value": []})
         per = (work / fires.where(fires > 0)).dropna()
@@ -271,11 +277,13 @@ def read_run(path: Path) -> Run:
     if state == "finished":
         summary = _read(rundir.SUMMARY, rundir.read_summary, path, problems, {})
     if not summary and config:
+
         def recompute(p: Path) -> dict[str, Any]:
             if state != "finished":
                 return rundir.interrupted_summary(p, state)
-            return rundir.compute_summary(p, complete=False,
-                                          incomplete_reason=f"{rundir.SUMMARY} unreadable; recomputed from the run's files")
+            return rundir.compute_summary(
+                p, complete=False, incomplete_reason=f"{rundir.SUMMARY} unreadable; recomputed from the run's files"
+            )
 
         summary = _read("recomputed summary", recompute, path, problems, {})
     if not summary:
@@ -285,9 +293,19 @@ def read_run(path: Path) -> Run:
         statements = _read(rundir.STATEMENTS, lambda p: rundir.read_statements(p).to_pandas(), path, problems, None)
     migration = None
     if (path / rundir.MIGRATION).exists():
-        migration = _read(rundir.MIGRATION, lambda p: json.loads((p / rundir.MIGRATION).read_text()), path, problems, None)
-    return Run(path=path, config=config, summary=summary, fires=fires, samples=samples,
-               migration=migration, statements=statements, problems=problems)
+        migration = _read(
+            rundir.MIGRATION, lambda p: json.loads((p / rundir.MIGRATION).read_text()), path, problems, None
+        )
+    return Run(
+        path=path,
+        config=config,
+        summary=summary,
+        fires=fires,
+        samples=samples,
+        migration=migration,
+        statements=statements,
+        problems=problems,
+    )
 
 
 def load_runs(args: list[str] | tuple[str, ...]) -> list[Run]:

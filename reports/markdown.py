@@ -4,17 +4,25 @@ the HTML file). Like the HTML page, a list of section renderers; "" means nothin
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from reports import fmt
+from reports.capacity import section_capacity_markdown
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
-from reports.why import why_blocks
-from reports.capacity import section_capacity_markdown
 from reports.sweep import section_sweep_markdown
-from reports.tables import (ENVIRONMENT_ROWS, SUMMARY_LEGEND, environment_differences, environment_value,
-                            how_to_read_report, migration_lag_rows, run_checks, warning_lines)
+from reports.tables import (
+    ENVIRONMENT_ROWS,
+    SUMMARY_LEGEND,
+    environment_differences,
+    environment_value,
+    how_to_read_report,
+    migration_lag_rows,
+    run_checks,
+    warning_lines,
+)
+from reports.why import why_blocks
 
 
 def _cell(text: str) -> str:
@@ -29,13 +37,18 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _headers(report: Report, first: str) -> list[str]:
-    return [first] + [r.label + (" (baseline)" if i == report.table.baseline and len(report.runs) > 1 else "")
-                      for i, r in enumerate(report.runs)]
+    return [first] + [
+        r.label + (" (baseline)" if i == report.table.baseline and len(report.runs) > 1 else "")
+        for i, r in enumerate(report.runs)
+    ]
 
 
 def md_header(report: Report) -> str:
-    return (f"# timerbench report\n\nGenerated {report.generated_at} · {len(report.runs)} run(s): "
-            + (", ".join(r.label for r in report.runs) or "none") + ". Figures are in the HTML report.")
+    return (
+        f"# timerbench report\n\nGenerated {report.generated_at} · {len(report.runs)} run(s): "
+        + (", ".join(r.label for r in report.runs) or "none")
+        + ". Figures are in the HTML report."
+    )
 
 
 def md_checks(report: Report) -> str:
@@ -68,9 +81,13 @@ def md_failures(report: Report) -> str:
         return ""
     out = ["## Failed runs"]
     for f in report.failures:
-        out.append(f"- **{f.scheduler}**: `{' '.join(f.command)}` exited with {f.exit_code}"
-                   + (f"; partial run directory `{f.run_dir}`" if f.run_dir else "; no run directory")
-                   + "\n\n  ```\n" + "\n".join("  " + line for line in f.output_tail.splitlines()) + "\n  ```")
+        out.append(
+            f"- **{f.scheduler}**: `{' '.join(f.command)}` exited with {f.exit_code}"
+            + (f"; partial run directory `{f.run_dir}`" if f.run_dir else "; no run directory")
+            + "\n\n  ```\n"
+            + "\n".join("  " + line for line in f.output_tail.splitlines())
+            + "\n  ```"
+        )
     return "\n".join(out)
 
 
@@ -86,39 +103,90 @@ def md_summary(report: Report) -> str:
                 text += f" ({c.ratio})"
             cells.append(text)
         rows.append(cells)
-    return ("## Table 1 · Summary\n\n" + "".join(f"{text}\n\n" for text in how_to_read_report(report.runs))
-            + _table(_headers(report, "figure"), rows) + "\n\n" + SUMMARY_LEGEND + " (×r) is the ratio to the baseline."
-            + ("\n\n**not available**, and why:\n" if report.table.notes() else "")
-            + "\n".join(f"- {label}: {reason}" for label, reason in report.table.notes()))
+    return (
+        "## Table 1 · Summary\n\n"
+        + "".join(f"{text}\n\n" for text in how_to_read_report(report.runs))
+        + _table(_headers(report, "figure"), rows)
+        + "\n\n"
+        + SUMMARY_LEGEND
+        + " (×r) is the ratio to the baseline."
+        + ("\n\n**not available**, and why:\n" if report.table.notes() else "")
+        + "\n".join(f"- {label}: {reason}" for label, reason in report.table.notes())
+    )
 
 
 def md_bloat(report: Report) -> str:
     if not report.bloat:
         return ""
-    rows = [[b.run, b.relation, fmt.fixed(b.dead_exact), fmt.fixed(b.n_dead_tup), fmt.fixed(b.dead_percent, "{:.1f}%"),
-             fmt.fixed(b.live_exact), fmt.human_bytes(b.free_bytes), fmt.fixed(b.free_percent, "{:.1f}%"),
-             "✘ off by more than 20%" if b.disagree else "✔"] for b in report.bloat]
-    header = ["run", "relation", "dead tuples (pgstattuple)", "n_dead_tup (statistics)", "dead, % of bytes",
-              "live tuples", "free space", "free %", "agree?"]
-    return "## Table 2 · Dead tuples by relation at the end of each run\n\n" + _table(header, rows) + "\n\n" + BLOAT_NOTE
+    rows = [
+        [
+            b.run,
+            b.relation,
+            fmt.fixed(b.dead_exact),
+            fmt.fixed(b.n_dead_tup),
+            fmt.fixed(b.dead_percent, "{:.1f}%"),
+            fmt.fixed(b.live_exact),
+            fmt.human_bytes(b.free_bytes),
+            fmt.fixed(b.free_percent, "{:.1f}%"),
+            "✘ off by more than 20%" if b.disagree else "✔",
+        ]
+        for b in report.bloat
+    ]
+    header = [
+        "run",
+        "relation",
+        "dead tuples (pgstattuple)",
+        "n_dead_tup (statistics)",
+        "dead, % of bytes",
+        "live tuples",
+        "free space",
+        "free %",
+        "agree?",
+    ]
+    return (
+        "## Table 2 · Dead tuples by relation at the end of each run\n\n" + _table(header, rows) + "\n\n" + BLOAT_NOTE
+    )
 
 
 def md_statements(report: Report) -> str:
     if not report.statements:
         return ""
     out = ["## Table 3 · Top statements per design"]
-    header = ["statement", "calls / fire", "ms / fire", "mean ms", "WAL / fire", "FPI / fire", "blocks dirtied / fire",
-              "rows / call"]
+    header = [
+        "statement",
+        "calls / fire",
+        "ms / fire",
+        "mean ms",
+        "WAL / fire",
+        "FPI / fire",
+        "blocks dirtied / fire",
+        "rows / call",
+    ]
     for top in report.statements:
         out.append(f"### {top.run}")
         if not top.by_time:
             out.append(f"{fmt.UNAVAILABLE}: {top.unavailable or 'no statements were recorded in the window'}")
             continue
         for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
-            out.append(f"**{title}**\n\n" + _table(header, [[f"`{x.query}`", fmt.num(x.calls_per_fire), fmt.num(x.ms_per_fire),
-                                                               fmt.num(x.mean_ms), fmt.human_bytes(x.wal_bytes_per_fire),
-                                                               fmt.num(x.fpi_per_fire), fmt.num(x.dirtied_per_fire),
-                                                               fmt.num(x.rows_per_call)] for x in rows]))
+            out.append(
+                f"**{title}**\n\n"
+                + _table(
+                    header,
+                    [
+                        [
+                            f"`{x.query}`",
+                            fmt.num(x.calls_per_fire),
+                            fmt.num(x.ms_per_fire),
+                            fmt.num(x.mean_ms),
+                            fmt.human_bytes(x.wal_bytes_per_fire),
+                            fmt.num(x.fpi_per_fire),
+                            fmt.num(x.dirtied_per_fire),
+                            fmt.num(x.rows_per_call),
+                        ]
+                        for x in rows
+                    ],
+                )
+            )
     out.append(STATEMENTS_NOTE)
     return "\n\n".join(out)
 
@@ -126,11 +194,33 @@ def md_statements(report: Report) -> str:
 def md_processes(report: Report) -> str:
     if not report.processes:
         return ""
-    rows = [[p.run, p.server, p.kind, fmt.human_bytes(p.write_chars_per_fire), fmt.human_bytes(p.write_bytes_per_fire),
-             fmt.num(p.cpu_ms_per_fire)] for p in report.processes]
-    return ("## Table 4 · Bytes written and CPU per fire, by server process\n\n"
-            + _table(["run", "server", "process", "bytes passed to write() / fire", "kernel's storage charge / fire",
-                      "CPU ms / fire"], rows) + "\n\n" + PROCESS_NOTE)
+    rows = [
+        [
+            p.run,
+            p.server,
+            p.kind,
+            fmt.human_bytes(p.write_chars_per_fire),
+            fmt.human_bytes(p.write_bytes_per_fire),
+            fmt.num(p.cpu_ms_per_fire),
+        ]
+        for p in report.processes
+    ]
+    return (
+        "## Table 4 · Bytes written and CPU per fire, by server process\n\n"
+        + _table(
+            [
+                "run",
+                "server",
+                "process",
+                "bytes passed to write() / fire",
+                "kernel's storage charge / fire",
+                "CPU ms / fire",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + PROCESS_NOTE
+    )
 
 
 def md_narrative(report: Report) -> str:
@@ -168,11 +258,21 @@ def md_environment(report: Report) -> str:
     for r in report.runs:
         settings = r.environment.get("postgres_settings") or {}
         if settings:
-            out.append(f"<details><summary>{r.label}: Postgres settings</summary>\n\n"
-                       + _table(["setting", "value"], [[str(k), str(v)] for k, v in sorted(settings.items())]) + "\n\n</details>")
-        out.append(f"<details><summary>{r.label}: resolved workload and options</summary>\n\n```json\n"
-                   + json.dumps({"workload": r.workload, "options": r.config.get("options") or {}}, indent=2, sort_keys=True, default=str)
-                   + "\n```\n\n</details>")
+            out.append(
+                f"<details><summary>{r.label}: Postgres settings</summary>\n\n"
+                + _table(["setting", "value"], [[str(k), str(v)] for k, v in sorted(settings.items())])
+                + "\n\n</details>"
+            )
+        out.append(
+            f"<details><summary>{r.label}: resolved workload and options</summary>\n\n```json\n"
+            + json.dumps(
+                {"workload": r.workload, "options": r.config.get("options") or {}},
+                indent=2,
+                sort_keys=True,
+                default=str,
+            )
+            + "\n```\n\n</details>"
+        )
     return "\n\n".join(out)
 
 
@@ -180,7 +280,8 @@ def md_runs(report: Report) -> str:
     if not report.runs:
         return ""
     return "## Run directories\n\n" + "\n".join(
-        f"- **{r.label}**: `{r.path}`" + (" (files damaged: see the checks)" if r.problems else "") for r in report.runs)
+        f"- **{r.label}**: `{r.path}`" + (" (files damaged: see the checks)" if r.problems else "") for r in report.runs
+    )
 
 
 def md_decision(part: Callable) -> Callable[[Report], str]:
@@ -189,6 +290,7 @@ def md_decision(part: Callable) -> Callable[[Report], str]:
         if d is None:
             return ""
         return blocks_markdown(part(d) if part in (recommendation_blocks, gate_blocks) else part(d, report.runs))
+
     render.__name__ = f"md_{part.__name__}"
     return render
 
@@ -198,9 +300,24 @@ def md_why(report: Report) -> str:
 
 
 SECTIONS: list[Callable[[Report], str]] = [
-    md_header, md_checks, md_failures, md_decision(recommendation_blocks), md_decision(gate_blocks),
-    section_sweep_markdown, section_capacity_markdown, md_summary, md_narrative, md_bloat, md_statements, md_processes,
-    md_decision(fairness_blocks), md_why, md_decision(per_day_blocks), md_migration, md_environment, md_runs,
+    md_header,
+    md_checks,
+    md_failures,
+    md_decision(recommendation_blocks),
+    md_decision(gate_blocks),
+    section_sweep_markdown,
+    section_capacity_markdown,
+    md_summary,
+    md_narrative,
+    md_bloat,
+    md_statements,
+    md_processes,
+    md_decision(fairness_blocks),
+    md_why,
+    md_decision(per_day_blocks),
+    md_migration,
+    md_environment,
+    md_runs,
 ]
 
 

@@ -44,13 +44,22 @@ class Report:
 
 
 def _uses_postgres(run: Run) -> bool:
-    return (run.statements is not None or bool((run.summary.get("unavailable") or {}).get("statements"))
-            or "postgres" in ((run.summary.get("bill") or {}).get("stores") or []))
+    return (
+        run.statements is not None
+        or bool((run.summary.get("unavailable") or {}).get("statements"))
+        or "postgres" in ((run.summary.get("bill") or {}).get("stores") or [])
+    )
 
 
-def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] | None = None,
-                 with_figures: bool = True, slo: str | None = None, project_rate: float | None = None,
-                 gate=None) -> Report:
+def build_report(
+    runs: list[Run],
+    baseline: int = 0,
+    failures: list[FailedRun] | None = None,
+    with_figures: bool = True,
+    slo: str | None = None,
+    project_rate: float | None = None,
+    gate=None,
+) -> Report:
     """``slo``: the recommendation's thresholds (:mod:`reports.recommend`); ``project_rate``: the
     rate of the cost-per-day table; ``gate``: a :class:`reports.gate.GateVerdict` to show."""
     table = build_summary_table(runs, baseline)
@@ -60,7 +69,7 @@ def build_report(runs: list[Run], baseline: int = 0, failures: list[FailedRun] |
         narrative=sentences(table) if runs else [],
         figures=render_figures(runs) if (with_figures and runs) else [],
         failures=list(failures or []),
-        generated_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        generated_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         bloat=bloat_rows(runs),
         statements=[top_statements(r) for r in runs if _uses_postgres(r)],
         processes=process_rows(runs),

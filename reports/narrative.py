@@ -1,4 +1,4 @@
-""""What this says": sentences generated from the numbers, each citing the table row or figure
+""" "What this says": sentences generated from the numbers, each citing the table row or figure
 it rests on. A sentence is only written when its figures exist; nothing is inferred beyond them
 (no "faster because ..."), and ties are said as ties."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from metrics.rundir import NOT_DELIVERED
+from reports import fmt
 from reports.load import Run
 from reports.plots import figure_number
-from reports import fmt
-from metrics.rundir import NOT_DELIVERED
 from reports.tables import RATE_HELD_FRACTION, SummaryTable, offered_share, rate_held, rate_share
 
 
@@ -43,7 +43,12 @@ def dead_tuple_growth(run: Run, toast: bool = False) -> tuple[float, float, floa
     seconds = float(last["elapsed_s"] - first["elapsed_s"])
     if seconds <= 0:
         return None
-    return float(first["value"]), float(last["value"]), seconds, (float(last["value"]) - float(first["value"])) / seconds
+    return (
+        float(first["value"]),
+        float(last["value"]),
+        seconds,
+        (float(last["value"]) - float(first["value"])) / seconds,
+    )
 
 
 def _row_writes(pf: dict) -> float | None:
@@ -74,9 +79,11 @@ def _tuning_and_design(runs: list[Run]) -> list[Sentence]:
             if a is b or a.scheduler != b.scheduler or va is None or vb is None or va == vb or va[0] or not vb[0]:
                 continue
             peers = [c for c in runs if c.scheduler != b.scheduler and _vacuum(c) == vb]
-            figures = [("dead tuples peak", lambda r: (r.summary.get("dead_tuples") or {}).get("table_peak"), fmt.num),
-                       ("row writes per fire", lambda r: _row_writes(r.summary.get("per_fire") or {}), fmt.num),
-                       ("p99 lag", _p99, fmt.ms)]
+            figures = [
+                ("dead tuples peak", lambda r: (r.summary.get("dead_tuples") or {}).get("table_peak"), fmt.num),
+                ("row writes per fire", lambda r: _row_writes(r.summary.get("per_fire") or {}), fmt.num),
+                ("p99 lag", _p99, fmt.ms),
+            ]
             said = []
             for name, read, show in figures:
                 x, y = read(a), read(b)
@@ -90,9 +97,17 @@ def _tuning_and_design(runs: list[Run]) -> list[Sentence]:
                 said.append(part)
             if not said:
                 continue
-            text = (f"Tuning alone ({a.label} → {b.label}, the same design with per-table autovacuum settings)"
-                    + (f", then the design ({b.label} → {', '.join(c.label for c in peers)}, the same settings)" if peers else "")
-                    + ": " + "; ".join(said) + ".")
+            text = (
+                f"Tuning alone ({a.label} → {b.label}, the same design with per-table autovacuum settings)"
+                + (
+                    f", then the design ({b.label} → {', '.join(c.label for c in peers)}, the same settings)"
+                    if peers
+                    else ""
+                )
+                + ": "
+                + "; ".join(said)
+                + "."
+            )
             out.append(Sentence(text, _t1("Dead tuples, table, peak", "Row writes per fire, heap + TOAST", "Lag p99")))
     return out
 
@@ -117,26 +132,41 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     for r in runs:
         if not r.summary.get("complete"):
             reason = fmt.one_line(r.summary.get("incomplete_reason") or "; ".join(r.problems) or "no reason recorded")
-            out.append(Sentence(f"{r.label} is incomplete ({reason}); its figures cover only what was recorded.", _t1("Complete")))
+            out.append(
+                Sentence(
+                    f"{r.label} is incomplete ({reason}); its figures cover only what was recorded.", _t1("Complete")
+                )
+            )
 
     # 2. Correctness before performance: a lost fire or a duplicated keyed effect fails a run.
     for r in runs:
         for failure in r.summary.get("failures") or []:
-            out.append(Sentence(f"{r.label} FAILED its correctness promise: {failure}.",
-                                _t1("Lost fires, warm-up included", "Duplicate keyed effects")))
+            out.append(
+                Sentence(
+                    f"{r.label} FAILED its correctness promise: {failure}.",
+                    _t1("Lost fires, warm-up included", "Duplicate keyed effects"),
+                )
+            )
     judged = [r for r in runs if r.summary.get("correct") is not None]
     if judged and len(judged) == len(runs) and all(r.summary.get("correct") for r in runs):
-        out.append(Sentence("Every run kept the correctness promise: 0 lost fires and 0 duplicate keyed effects.",
-                            _t1("Lost fires, warm-up included", "Duplicate keyed effects")))
+        out.append(
+            Sentence(
+                "Every run kept the correctness promise: 0 lost fires and 0 duplicate keyed effects.",
+                _t1("Lost fires, warm-up included", "Duplicate keyed effects"),
+            )
+        )
 
     # 3. Steady state: figures from a window of first fires do not describe the re-arm cycle.
     for r in runs:
         if r.summary.get("steady_state") is False:
             cycles = r.summary.get("cycles_per_trigger")
-            out.append(Sentence(
-                f"{r.label}'s window was not steady state ({fmt.fixed(cycles, '{:.2f}')} cycles per trigger; steady state needs ≥ 2 "
-                f"after a warm-up of one maximum interval): its figures lean on first fires, not the re-arm cycle.",
-                _t1("Cycles per trigger in the window", "Steady state")))
+            out.append(
+                Sentence(
+                    f"{r.label}'s window was not steady state ({fmt.fixed(cycles, '{:.2f}')} cycles per trigger; steady state needs ≥ 2 "
+                    f"after a warm-up of one maximum interval): its figures lean on first fires, not the re-arm cycle.",
+                    _t1("Cycles per trigger in the window", "Steady state"),
+                )
+            )
 
     # 4. Rate held (achieved vs offered, offered vs target), and the lowest p99 among those that held it.
     backends = [r for r in runs if r.scheduler != "memory"]
@@ -144,24 +174,36 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     for r in backends:
         if rate_held(r) is False:
             s = r.summary
-            out.append(Sentence(
-                f"{r.label} did not hold its target rate: it achieved {fmt.num(s.get('achieved_rate'))} of the "
-                f"{fmt.num(s.get('offered_rate'))} fires/s offered ({fmt.pct(rate_share(r))}), and the workload offered "
-                f"{fmt.pct(offered_share(r))} of the {fmt.num(s.get('target_rate'))} fires/s target"
-                + (f" ({int(s['skipped_periods']):,} periods skipped by fires more than one interval late)"
-                   if s.get("skipped_periods") else "") + ".",
-                _t1("Achieved / offered", "Offered / target") + f"; {_fig('fire_rate')}"))
+            out.append(
+                Sentence(
+                    f"{r.label} did not hold its target rate: it achieved {fmt.num(s.get('achieved_rate'))} of the "
+                    f"{fmt.num(s.get('offered_rate'))} fires/s offered ({fmt.pct(rate_share(r))}), and the workload offered "
+                    f"{fmt.pct(offered_share(r))} of the {fmt.num(s.get('target_rate'))} fires/s target"
+                    + (
+                        f" ({int(s['skipped_periods']):,} periods skipped by fires more than one interval late)"
+                        if s.get("skipped_periods")
+                        else ""
+                    )
+                    + ".",
+                    _t1("Achieved / offered", "Offered / target") + f"; {_fig('fire_rate')}",
+                )
+            )
     if len(held) == 1:
         only = held[0]
-        out.append(Sentence(
-            f"{only.label} was the only backend that completed and held its rate (≥ {RATE_HELD_FRACTION:.0%} of offered, "
-            f"offered ≥ {RATE_HELD_FRACTION:.0%} of target); its p99 lag over every due fire was {_lag_text(_p99(only))}.",
-            _t1("Achieved / offered", "Lag p99") + f"; {_fig('lag_cdf')}"))
+        out.append(
+            Sentence(
+                f"{only.label} was the only backend that completed and held its rate (≥ {RATE_HELD_FRACTION:.0%} of offered, "
+                f"offered ≥ {RATE_HELD_FRACTION:.0%} of target); its p99 lag over every due fire was {_lag_text(_p99(only))}.",
+                _t1("Achieved / offered", "Lag p99") + f"; {_fig('lag_cdf')}",
+            )
+        )
     elif held:
         ranked = sorted(held, key=_p99)
         best = ranked[0]
-        text = (f"Of the backends that held their rate (≥ {RATE_HELD_FRACTION:.0%}), {best.label} had the lowest p99 lag "
-                f"over every due fire: {_lag_text(_p99(best))}")
+        text = (
+            f"Of the backends that held their rate (≥ {RATE_HELD_FRACTION:.0%}), {best.label} had the lowest p99 lag "
+            f"over every due fire: {_lag_text(_p99(best))}"
+        )
         ties = [r for r in ranked[1:] if _p99(r) == _p99(best)]
         if ties:
             text += f", tied with {', '.join(r.label for r in ties)}"
@@ -170,16 +212,22 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             text += "; then " + ", ".join(f"{r.label} {_lag_text(_p99(r))}" for r in others)
         out.append(Sentence(text + ".", _t1("Lag p99") + f"; {_fig('lag_cdf')}"))
     elif backends:
-        out.append(Sentence(
-            f"No backend run both completed and held its rate (≥ {RATE_HELD_FRACTION:.0%}), so none is named as lowest-lag; "
-            "lag figures here were measured under overload or partial runs.",
-            _t1("Complete", "Achieved / offered", "Offered / target")))
+        out.append(
+            Sentence(
+                f"No backend run both completed and held its rate (≥ {RATE_HELD_FRACTION:.0%}), so none is named as lowest-lag; "
+                "lag figures here were measured under overload or partial runs.",
+                _t1("Complete", "Achieved / offered", "Offered / target"),
+            )
+        )
     for r in runs:
         if r.scheduler == "memory" and _p99(r) is not None:
-            out.append(Sentence(
-                f"memory, the in-process reference with no store, had p99 lag {_lag_text(_p99(r))} at "
-                f"{fmt.num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for reference.",
-                _t1("Lag p99")))
+            out.append(
+                Sentence(
+                    f"memory, the in-process reference with no store, had p99 lag {_lag_text(_p99(r))} at "
+                    f"{fmt.num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for reference.",
+                    _t1("Lag p99"),
+                )
+            )
 
     # 5. The outcomes of the fires due in each window, and what at-least-once cost.
     for r in runs:
@@ -187,11 +235,23 @@ def sentences(table: SummaryTable) -> list[Sentence]:
         o = s.get("outcomes")
         if not o or any(o.get(k) is None for k in ("due", "on_time", "late", "pending", "lost")):
             continue  # no accounting (an older run), or a killed run that never judged it
-        text = (f"Of the {o['due']:,} fires due in {r.label}'s window, {o['on_time']:,} were on time (lag ≤ "
-                f"{fmt.fixed(s.get('on_time_s'), '{:g}')} s), {o['late']:,} late, {o['pending']:,} still pending after "
-                f"the {float(s.get('drained_s') or 0):.1f} s drain and {o['lost']:,} lost.")
-        out.append(Sentence(text, _t1("Fires due in the window", "On time (lag ≤ on-time bound)", "Late (delivered, lag over the bound)",
-                                      "Pending at the end (backlog still held)", "Lost (never delivered, not held)")))
+        text = (
+            f"Of the {o['due']:,} fires due in {r.label}'s window, {o['on_time']:,} were on time (lag ≤ "
+            f"{fmt.fixed(s.get('on_time_s'), '{:g}')} s), {o['late']:,} late, {o['pending']:,} still pending after "
+            f"the {float(s.get('drained_s') or 0):.1f} s drain and {o['lost']:,} lost."
+        )
+        out.append(
+            Sentence(
+                text,
+                _t1(
+                    "Fires due in the window",
+                    "On time (lag ≤ on-time bound)",
+                    "Late (delivered, lag over the bound)",
+                    "Pending at the end (backlog still held)",
+                    "Lost (never delivered, not held)",
+                ),
+            )
+        )
         costs = []
         if s.get("redelivered_fires"):
             costs.append(f"{int(s['redelivered_fires']):,} redelivered fires")
@@ -200,16 +260,28 @@ def sentences(table: SummaryTable) -> list[Sentence]:
         if s.get("duplicate_external_effects"):
             costs.append(f"{int(s['duplicate_external_effects']):,} duplicate external effects (a webhook sent twice)")
         if costs:
-            out.append(Sentence(
-                f"At-least-once in {r.label}: " + ", ".join(costs)
-                + f"; the keyed effects stayed de-duplicated ({int(s.get('duplicate_effects') or 0):,} duplicates).",
-                _t1("Redelivered fires (attempt > 1)", "Duplicate fires", "Duplicate external effects", "Duplicate keyed effects")))
+            out.append(
+                Sentence(
+                    f"At-least-once in {r.label}: "
+                    + ", ".join(costs)
+                    + f"; the keyed effects stayed de-duplicated ({int(s.get('duplicate_effects') or 0):,} duplicates).",
+                    _t1(
+                        "Redelivered fires (attempt > 1)",
+                        "Duplicate fires",
+                        "Duplicate external effects",
+                        "Duplicate keyed effects",
+                    ),
+                )
+            )
         claims, achieved = s.get("claim_rate"), s.get("achieved_rate")
         if claims and achieved and claims > 1.05 * achieved:
-            out.append(Sentence(
-                f"{r.label} claimed {fmt.num(claims)} timers/s against {fmt.num(achieved)} fires/s delivered: "
-                f"{claims / achieved:.2f} claims per fire (re-claims after lapsed leases or stale claims).",
-                _t1("Claim throughput (timers claimed, re-claims included)", "Achieved fire rate")))
+            out.append(
+                Sentence(
+                    f"{r.label} claimed {fmt.num(claims)} timers/s against {fmt.num(achieved)} fires/s delivered: "
+                    f"{claims / achieved:.2f} claims per fire (re-claims after lapsed leases or stale claims).",
+                    _t1("Claim throughput (timers claimed, re-claims included)", "Achieved fire rate"),
+                )
+            )
 
     # 6. Dead tuples: how fast they accumulated over the measured window.
     for r in runs:
@@ -218,8 +290,10 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             continue
         first, last, seconds, per_s = growth
         peak = (r.summary.get("dead_tuples") or {}).get("table_peak")
-        text = (f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the {fmt.num(seconds)} s "
-                f"measured window ({per_s:+,.1f}/s)")
+        text = (
+            f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the {fmt.num(seconds)} s "
+            f"measured window ({per_s:+,.1f}/s)"
+        )
         rows = []
         if peak is not None:
             text += f", peak {float(peak):,.0f}"
@@ -243,11 +317,15 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     if amp:
         parts = []
         for r, total, pf in amp:
-            p = (f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf.get('inserts'))} inserts, "
-                 f"{fmt.num(pf.get('updates'))} updates, {fmt.num(pf.get('deletes'))} deletes")
+            p = (
+                f"{r.label} {fmt.num(total)} row writes per fire ({fmt.num(pf.get('inserts'))} inserts, "
+                f"{fmt.num(pf.get('updates'))} updates, {fmt.num(pf.get('deletes'))} deletes"
+            )
             if pf.get("toast_writes") is not None:
-                p += (f"; TOAST {fmt.num(pf.get('toast_inserts'))} inserts, {fmt.num(pf.get('toast_updates'))} updates, "
-                      f"{fmt.num(pf.get('toast_deletes'))} deletes")
+                p += (
+                    f"; TOAST {fmt.num(pf.get('toast_inserts'))} inserts, {fmt.num(pf.get('toast_updates'))} updates, "
+                    f"{fmt.num(pf.get('toast_deletes'))} deletes"
+                )
             else:
                 p += "; TOAST not recorded"
             p += ")"
@@ -280,8 +358,12 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             if tw is not None:
                 p += f", of which {fmt.num(tw)} Temporal persistence writes"
             parts.append(p)
-        out.append(Sentence("Per fire, counting every store a design writes to: " + "; ".join(parts) + ".",
-                            _t1("Durable writes per fire", "Bytes written per fire, all stores")))
+        out.append(
+            Sentence(
+                "Per fire, counting every store a design writes to: " + "; ".join(parts) + ".",
+                _t1("Durable writes per fire", "Bytes written per fire, all stores"),
+            )
+        )
 
     # 7c. Tuning against design: the same design with other vacuum settings, then another design
     # with the same settings (bench compare --tuned-control).
@@ -290,8 +372,12 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     # 8. HOT ratio, where updates happened.
     hot = [(r, float(r.summary["hot_ratio"])) for r in runs if r.summary.get("hot_ratio") is not None]
     if hot:
-        out.append(Sentence(
-            "Share of updates that were HOT (heap-only, no index write): "
-            + ", ".join(f"{r.label} {v * 100:.1f}%" for r, v in hot) + ".",
-            _t1("HOT ratio") + f"; {_fig('hot_ratio')}"))
+        out.append(
+            Sentence(
+                "Share of updates that were HOT (heap-only, no index write): "
+                + ", ".join(f"{r.label} {v * 100:.1f}%" for r, v in hot)
+                + ".",
+                _t1("HOT ratio") + f"; {_fig('hot_ratio')}",
+            )
+        )
     return out

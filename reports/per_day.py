@@ -51,9 +51,11 @@ def far_projection(summary: dict, rate: float | None) -> str | None:
     if 1 / FAR_FROM_MEASURED <= factor <= FAR_FROM_MEASURED:
         return None
     way = "overstate" if factor > 1 else "understate"
-    return (f"measured at {float(measured):,.4g} fires/s, projected to {rate:,.4g} ({factor:,.3g}x): the per-fire "
-            f"figures include costs that do not follow the fire rate (idle polls, timers, background writes), "
-            f"so these projections likely {way} the cost; run at the rate you project to for figures to budget by")
+    return (
+        f"measured at {float(measured):,.4g} fires/s, projected to {rate:,.4g} ({factor:,.3g}x): the per-fire "
+        f"figures include costs that do not follow the fire rate (idle polls, timers, background writes), "
+        f"so these projections likely {way} the cost; run at the rate you project to for figures to budget by"
+    )
 
 
 def _get(d: dict | None, *path: str):
@@ -64,7 +66,9 @@ def _get(d: dict | None, *path: str):
     return d
 
 
-def _window_delta(samples: pd.DataFrame, metric: str, start: float, end: float, scopes: set[str] | None = None) -> float | None:
+def _window_delta(
+    samples: pd.DataFrame, metric: str, start: float, end: float, scopes: set[str] | None = None
+) -> float | None:
     """The change of a cumulative counter over ``[start, end]``, summed over relations (scopes
     other than ``run`` and servers), or over ``scopes`` when given."""
     if samples.empty:
@@ -88,7 +92,9 @@ def growth(samples: pd.DataFrame, start: float, end: float) -> tuple[float, floa
     TOAST), a least-squares slope through the window's samples."""
     if samples.empty:
         return None
-    s = samples[samples["metric"].isin(["table_bytes", "index_bytes"]) & (samples["t"] >= start) & (samples["t"] <= end)]
+    s = samples[
+        samples["metric"].isin(["table_bytes", "index_bytes"]) & (samples["t"] >= start) & (samples["t"] <= end)
+    ]
     s = s[(s["scope"] != "run") & ~s["scope"].astype(str).str.startswith("server:")]
     if s.empty:
         return None
@@ -103,7 +109,7 @@ def growth(samples: pd.DataFrame, start: float, end: float) -> tuple[float, floa
     slope, intercept = np.polyfit(t, y, 1)
     resid = y - (slope * t + intercept)
     dof = max(1, len(t) - 2)
-    se = math.sqrt(float((resid ** 2).sum()) / dof / float(((t - t.mean()) ** 2).sum())) if len(t) > 2 else math.inf
+    se = math.sqrt(float((resid**2).sum()) / dof / float(((t - t.mean()) ** 2).sum())) if len(t) > 2 else math.inf
     return float(slope), float(se), float(t[-1])
 
 
@@ -115,7 +121,9 @@ def projections(summary: dict, samples: pd.DataFrame, window: dict, rate: float 
 
     def add(figure: str, per_fire, scale: float, unit_div: float = 1.0, why_missing: str = "not measured in this run"):
         if per_fire is None or rate is None:
-            out.append(Projection(figure, None, per_fire, basis, why_missing if per_fire is None else "no rate to project at"))
+            out.append(
+                Projection(figure, None, per_fire, basis, why_missing if per_fire is None else "no rate to project at")
+            )
         else:
             out.append(Projection(figure, float(per_fire) * rate * scale / unit_div, float(per_fire), basis))
 
@@ -124,10 +132,20 @@ def projections(summary: dict, samples: pd.DataFrame, window: dict, rate: float 
     add("Postgres row writes, heap + TOAST (M/day)", per_fire.get("row_writes"), DAY_S, 1e6)
     temporal = _get(summary, "servers", "temporal", "per_fire") or {}
     if "temporal" in (_get(summary, "bill", "stores") or []) or temporal:
-        add("Temporal persistence requests (M/day)", temporal.get("persistence_requests"), DAY_S, 1e6,
-            "the Temporal server's metrics were not scraped")
-        add("Temporal persistence writes (M/day)", temporal.get("persistence_writes"), DAY_S, 1e6,
-            "the Temporal server's metrics were not scraped")
+        add(
+            "Temporal persistence requests (M/day)",
+            temporal.get("persistence_requests"),
+            DAY_S,
+            1e6,
+            "the Temporal server's metrics were not scraped",
+        )
+        add(
+            "Temporal persistence writes (M/day)",
+            temporal.get("persistence_writes"),
+            DAY_S,
+            1e6,
+            "the Temporal server's metrics were not scraped",
+        )
     add("bytes written, every store (GB/day)", _get(summary, "bill", "bytes_written"), DAY_S, 1e9)
 
     start, end = window.get("measure_start"), window.get("measure_end")
@@ -139,24 +157,37 @@ def projections(summary: dict, samples: pd.DataFrame, window: dict, rate: float 
         produced = None if upd is None or dele is None else (upd + dele) / fires
         add("dead tuples produced (k/hour)", produced, HOUR_S, 1e3)
         if out[-1].value is not None and hot is not None:
-            out[-1].why = f"{100 * hot / upd:.0f}% of the updates were HOT (pruned on the page, no vacuum needed)" if upd else ""
+            out[-1].why = (
+                f"{100 * hot / upd:.0f}% of the updates were HOT (pruned on the page, no vacuum needed)" if upd else ""
+            )
         dead = _window_delta(samples, "n_dead_tup", start, end)
         cleared = None if produced is None or dead is None else produced - dead / fires
         add("dead tuples cleared by vacuum and pruning (k/hour)", cleared, HOUR_S, 1e3)
         g = growth(samples, start, end)
         if g is None or rate is None:
-            out.append(Projection("table + index growth (GB/day)", None, None, basis,
-                                  "fewer than three size samples in the window"))
+            out.append(
+                Projection(
+                    "table + index growth (GB/day)", None, None, basis, "fewer than three size samples in the window"
+                )
+            )
         else:
             slope, se, span = g
             # the slope is per second at the run's own rate; scale it to the projected rate
             run_rate = fires / measured_s if measured_s else None
             scale = rate / run_rate if run_rate else 1.0
-            p = Projection("table + index growth (GB/day)", slope * scale * DAY_S / 1e9,
-                           slope / run_rate if run_rate else None, f"least-squares slope over {span:.0f} s of size samples",
-                           spread=se * scale * DAY_S / 1e9)
+            p = Projection(
+                "table + index growth (GB/day)",
+                slope * scale * DAY_S / 1e9,
+                slope / run_rate if run_rate else None,
+                f"least-squares slope over {span:.0f} s of size samples",
+                spread=se * scale * DAY_S / 1e9,
+            )
             if span < 300 or abs(slope) < 2 * se:
-                p.why = ("a short window: a steady table may still be filling its free space, so this is "
-                         "an upper bound, not a forecast" if span < 300 else "the slope is within two standard errors of zero")
+                p.why = (
+                    "a short window: a steady table may still be filling its free space, so this is "
+                    "an upper bound, not a forecast"
+                    if span < 300
+                    else "the slope is within two standard errors of zero"
+                )
             out.append(p)
     return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import matplotlib
 
@@ -43,7 +43,9 @@ def _styles(runs: list[Run]) -> list[dict]:
     for r in runs:
         n = seen.get(r.scheduler, 0)
         seen[r.scheduler] = n + 1
-        out.append({"color": scheduler_colour(r.scheduler), "linestyle": _LINESTYLES[n % len(_LINESTYLES)], "label": r.label})
+        out.append(
+            {"color": scheduler_colour(r.scheduler), "linestyle": _LINESTYLES[n % len(_LINESTYLES)], "label": r.label}
+        )
     return out
 
 
@@ -84,8 +86,16 @@ def _shade_faults(ax, runs: list[Run]) -> None:
         for spec, start, end in spans:
             a, b = start - origin, max(end - origin, start - origin + 0.3)
             ax.axvspan(a, b, color=st["color"], alpha=0.15, lw=0)
-            ax.text(a, 0.97, f" {spec}", transform=ax.get_xaxis_transform(), fontsize=6.5, va="top",
-                    rotation=90, color=st["color"])
+            ax.text(
+                a,
+                0.97,
+                f" {spec}",
+                transform=ax.get_xaxis_transform(),
+                fontsize=6.5,
+                va="top",
+                rotation=90,
+                color=st["color"],
+            )
 
 
 def _no_data(ax, text: str) -> None:
@@ -103,7 +113,11 @@ def lag_cdf(runs: list[Run]) -> bytes:
             continue
         y = (np.arange(1, lags.size + 1) + int(np.sum(every <= 0))) / total
         if lags.size > 5000:  # thin the line, keep the tail exact
-            idx = np.unique(np.concatenate([np.linspace(0, lags.size - 1, 4000).astype(int), np.arange(max(0, lags.size - 1000), lags.size)]))
+            idx = np.unique(
+                np.concatenate(
+                    [np.linspace(0, lags.size - 1, 4000).astype(int), np.arange(max(0, lags.size - 1000), lags.size)]
+                )
+            )
             lags, y = lags[idx], y[idx]
         ax.step(lags, y, where="post", **st)
         drawn = True
@@ -121,8 +135,13 @@ def lag_cdf(runs: list[Run]) -> bytes:
     return _png(fig)
 
 
-def _time_series(runs: list[Run], panels: list[tuple[str, Callable[[Run], object], str]],
-                 logy: bool = False, extra: Callable | None = None, ylabel_fmt=None) -> bytes:
+def _time_series(
+    runs: list[Run],
+    panels: list[tuple[str, Callable[[Run], object], str]],
+    logy: bool = False,
+    extra: Callable | None = None,
+    ylabel_fmt=None,
+) -> bytes:
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (title, series, empty_note) in zip(axes[:, 0], panels):
         drawn = False
@@ -151,10 +170,14 @@ def _time_series(runs: list[Run], panels: list[tuple[str, Callable[[Run], object
 
 
 def lag_over_time(runs: list[Run]) -> bytes:
-    return _time_series(runs, [
-        ("lag p99 (ms), per sample", lambda r: r.run_metric("lag_p99_ms"), "no lag samples"),
-        ("lag p50 (ms), per sample", lambda r: r.run_metric("lag_p50_ms"), "no lag samples"),
-    ], logy=True)
+    return _time_series(
+        runs,
+        [
+            ("lag p99 (ms), per sample", lambda r: r.run_metric("lag_p99_ms"), "no lag samples"),
+            ("lag p50 (ms), per sample", lambda r: r.run_metric("lag_p50_ms"), "no lag samples"),
+        ],
+        logy=True,
+    )
 
 
 def fire_rate_over_time(runs: list[Run]) -> bytes:
@@ -163,21 +186,39 @@ def fire_rate_over_time(runs: list[Run]) -> bytes:
         if t:
             ax.axhline(float(t), color=st["color"], lw=0.8, ls=(0, (1, 3)))
 
-    return _time_series(runs, [
-        ("achieved fires/s (dotted: each run's target)", lambda r: r.run_metric("fires_per_s"), "no rate samples"),
-        ("offered fires/s: fires that became due (dotted: each run's target)", lambda r: r.offered_per_s(),
-         "no fires recorded"),
-    ], extra=target)
+    return _time_series(
+        runs,
+        [
+            ("achieved fires/s (dotted: each run's target)", lambda r: r.run_metric("fires_per_s"), "no rate samples"),
+            (
+                "offered fires/s: fires that became due (dotted: each run's target)",
+                lambda r: r.offered_per_s(),
+                "no fires recorded",
+            ),
+        ],
+        extra=target,
+    )
 
 
 _NO_TABLES = "no Postgres tables in these runs"
 
 
 def dead_tuples_over_time(runs: list[Run]) -> bytes:
-    return _time_series(runs, [
-        ("dead tuples, tables (sum over the run's tables)", lambda r: r.relation_metric("n_dead_tup", toast=False), _NO_TABLES),
-        ("dead tuples, TOAST (sum over the tables' TOAST)", lambda r: r.relation_metric("n_dead_tup", toast=True), "no TOAST tables in these runs"),
-    ])
+    return _time_series(
+        runs,
+        [
+            (
+                "dead tuples, tables (sum over the run's tables)",
+                lambda r: r.relation_metric("n_dead_tup", toast=False),
+                _NO_TABLES,
+            ),
+            (
+                "dead tuples, TOAST (sum over the tables' TOAST)",
+                lambda r: r.relation_metric("n_dead_tup", toast=True),
+                "no TOAST tables in these runs",
+            ),
+        ],
+    )
 
 
 def hot_ratio_series(r: Run):
@@ -195,9 +236,13 @@ def hot_ratio_series(r: Run):
 def hot_ratio_over_time(runs: list[Run]) -> bytes:
     from matplotlib.ticker import PercentFormatter
 
-    return _time_series(runs, [
-        ("HOT updates / all updates, cumulative, tables", hot_ratio_series, _NO_TABLES),
-    ], ylabel_fmt=PercentFormatter(1.0))
+    return _time_series(
+        runs,
+        [
+            ("HOT updates / all updates, cumulative, tables", hot_ratio_series, _NO_TABLES),
+        ],
+        ylabel_fmt=PercentFormatter(1.0),
+    )
 
 
 def sizes_over_time(runs: list[Run]) -> bytes:
@@ -215,10 +260,14 @@ def sizes_over_time(runs: list[Run]) -> bytes:
 
         return read
 
-    return _time_series(runs, [
-        ("table size incl. TOAST", total("table_bytes"), _NO_TABLES),
-        ("index size", total("index_bytes"), _NO_TABLES),
-    ], ylabel_fmt=mib)
+    return _time_series(
+        runs,
+        [
+            ("table size incl. TOAST", total("table_bytes"), _NO_TABLES),
+            ("index size", total("index_bytes"), _NO_TABLES),
+        ],
+        ylabel_fmt=mib,
+    )
 
 
 SEED_BATCH_SIZES = (200, 250)  # seeds/003: "Our actual batches contain about 200 to 250 timers" (556 fires/s)
@@ -242,9 +291,19 @@ def batch_size_histogram(runs: list[Run]) -> bytes:
         edges = np.array(sorted(b["bins"]), dtype=float)
         share = np.array([b["bins"][int(e)] for e in edges]) / b["batches"]
         closed = ", ".join(f"{why.replace('_', ' ')} {n / b['batches']:.0%}" for why, n in b["closed"].items())
-        label = f"{r.label}: {b['batches']:,.0f} batches, mean {b['mean']:,.0f}" + (f"; closed {closed}" if closed else "")
-        ax.bar(edges - width + width * (j + 0.5) / len(drawn), share, width=width / len(drawn),
-               color=st["color"], hatch=_HATCHES.get(st["linestyle"]), edgecolor="white", lw=0.4, label=label)
+        label = f"{r.label}: {b['batches']:,.0f} batches, mean {b['mean']:,.0f}" + (
+            f"; closed {closed}" if closed else ""
+        )
+        ax.bar(
+            edges - width + width * (j + 0.5) / len(drawn),
+            share,
+            width=width / len(drawn),
+            color=st["color"],
+            hatch=_HATCHES.get(st["linestyle"]),
+            edgecolor="white",
+            lw=0.4,
+            label=label,
+        )
     ax.set_xlabel("timers in a batch (bins of 25, named by their upper edge) — measured window")
     ax.set_ylabel("share of the run's batches")
     ax.set_xlim(left=0)
@@ -255,23 +314,59 @@ def batch_size_histogram(runs: list[Run]) -> bytes:
 
 # key, title, caption, renderer. The order is the figure numbering the narrative cites.
 FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
-    ("lag_cdf", "Lag distribution", "Cumulative distribution of the lag of every fire due in the measured window (warm-up excluded); log x. Lag = fired − max(due, armed); a fire never delivered counts as infinitely late, so its run's curve stays below 1.", lag_cdf),
-    ("lag_over_time", "Lag p50 and p99 over time", "Per-sample lag percentiles as the sampler recorded them, warm-up shaded.", lag_over_time),
-    ("fire_rate", "Achieved and offered fire rate over time", "Top: fires received per second per sample. Bottom: fires that became due per second, from the fire log (the load the workload offered; with fixed cadence it stays at the target however late a backend is). The dotted line is each run's target.", fire_rate_over_time),
-    ("dead_tuples", "Dead tuples over time", "n_dead_tup summed over each run's tables (top) and their TOAST tables (bottom).", dead_tuples_over_time),
-    ("hot_ratio", "HOT ratio over time", "Share of updates that were heap-only (HOT), cumulative since the run started.", hot_ratio_over_time),
-    ("sizes", "Table and index size over time", "Heap size (pg_relation_size) of each run's tables plus their TOAST tables (top) and the size of their indexes (bottom), as sampled.", sizes_over_time),
+    (
+        "lag_cdf",
+        "Lag distribution",
+        "Cumulative distribution of the lag of every fire due in the measured window (warm-up excluded); log x. Lag = fired − max(due, armed); a fire never delivered counts as infinitely late, so its run's curve stays below 1.",
+        lag_cdf,
+    ),
+    (
+        "lag_over_time",
+        "Lag p50 and p99 over time",
+        "Per-sample lag percentiles as the sampler recorded them, warm-up shaded.",
+        lag_over_time,
+    ),
+    (
+        "fire_rate",
+        "Achieved and offered fire rate over time",
+        "Top: fires received per second per sample. Bottom: fires that became due per second, from the fire log (the load the workload offered; with fixed cadence it stays at the target however late a backend is). The dotted line is each run's target.",
+        fire_rate_over_time,
+    ),
+    (
+        "dead_tuples",
+        "Dead tuples over time",
+        "n_dead_tup summed over each run's tables (top) and their TOAST tables (bottom).",
+        dead_tuples_over_time,
+    ),
+    (
+        "hot_ratio",
+        "HOT ratio over time",
+        "Share of updates that were heap-only (HOT), cumulative since the run started.",
+        hot_ratio_over_time,
+    ),
+    (
+        "sizes",
+        "Table and index size over time",
+        "Heap size (pg_relation_size) of each run's tables plus their TOAST tables (top) and the size of their indexes (bottom), as sampled.",
+        sizes_over_time,
+    ),
 ]
 
 
 # Figures only some runs can have: (key, title, caption, renderer, whether these runs have it),
 # numbered after FIGURE_SPECS in this order when present.
 OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], Callable[[list[Run]], bool]]] = [
-    ("batch_sizes", "Batch sizes", "Share of the batches each backend handed to its processors by size, in the measured window "
-     "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason it closed: "
-     "full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers a batch seeds/003 "
-     "reports at 556 fires/s. At a steady rate a shard flushes about every MaxLag, so its batches hold about "
-     "rate × MaxLag / shards timers.", batch_size_histogram, has_batch_sizes),
+    (
+        "batch_sizes",
+        "Batch sizes",
+        "Share of the batches each backend handed to its processors by size, in the measured window "
+        "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason it closed: "
+        "full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers a batch seeds/003 "
+        "reports at 556 fires/s. At a steady rate a shard flushes about every MaxLag, so its batches hold about "
+        "rate × MaxLag / shards timers.",
+        batch_size_histogram,
+        has_batch_sizes,
+    ),
 ]
 
 
@@ -280,8 +375,10 @@ def figure_number(key: str) -> int:
 
 
 def render_figures(runs: list[Run]) -> list[Figure]:
-    figures = [Figure(key, title, caption, render(runs), number=i)
-               for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
+    figures = [
+        Figure(key, title, caption, render(runs), number=i)
+        for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)
+    ]
     for key, title, caption, render, present in OPTIONAL_FIGURE_SPECS:
         if present(runs):
             figures.append(Figure(key, title, caption, render(runs), number=len(figures) + 1))
@@ -323,7 +420,12 @@ def tenant_p99(runs: list[Run]) -> bytes:
 
 
 FIGURE_SPECS.append(
-    ("tenant_p99", "Lag p99 per tenant", "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A flat line is a fair design; a cross at the top is a tenant with a fire never delivered.", tenant_p99),
+    (
+        "tenant_p99",
+        "Lag p99 per tenant",
+        "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A flat line is a fair design; a cross at the top is a tenant with a fire never delivered.",
+        tenant_p99,
+    ),
 )
 
 
@@ -337,20 +439,29 @@ def overload_profile(runs: list[Run]) -> bytes:
     """Goodput, backlog and work per fire over time, for the runs offered more than they achieved:
     congestion collapse shows as goodput falling while the backlog and the work per fire climb."""
     over = [r for r in runs if overloaded(r)] or runs
-    return _time_series(over, [
-        ("goodput (fires delivered per second)", lambda r: r.run_metric("fires_per_s"), "no fire-rate samples"),
-        ("backlog (fires due, not yet delivered)", lambda r: r.backlog(), "no fire log"),
-        ("row writes per fire delivered (inserts + updates + deletes of the design's tables)",
-         lambda r: r.work_per_fire(("n_tup_ins", "n_tup_upd", "n_tup_del")), "no tables (memory) or no samples"),
-    ])
+    return _time_series(
+        over,
+        [
+            ("goodput (fires delivered per second)", lambda r: r.run_metric("fires_per_s"), "no fire-rate samples"),
+            ("backlog (fires due, not yet delivered)", lambda r: r.backlog(), "no fire log"),
+            (
+                "row writes per fire delivered (inserts + updates + deletes of the design's tables)",
+                lambda r: r.work_per_fire(("n_tup_ins", "n_tup_upd", "n_tup_del")),
+                "no tables (memory) or no samples",
+            ),
+        ],
+    )
 
 
-OVERLOAD_SPEC = ("overload", "Overload profile",
-                 "Only for runs offered more than they achieved (achieved < 95% of offered). Top: goodput; middle: the "
-                 "backlog of fires due and not delivered (from the fire log); bottom: row writes per fire delivered, "
-                 "sample to sample. A design that collapses under overload shows goodput falling while the backlog and "
-                 "the work per fire climb; one that degrades gracefully keeps its goodput and lets lag grow.",
-                 overload_profile)
+OVERLOAD_SPEC = (
+    "overload",
+    "Overload profile",
+    "Only for runs offered more than they achieved (achieved < 95% of offered). Top: goodput; middle: the "
+    "backlog of fires due and not delivered (from the fire log); bottom: row writes per fire delivered, "
+    "sample to sample. A design that collapses under overload shows goodput falling while the backlog and "
+    "the work per fire climb; one that degrades gracefully keeps its goodput and lets lag grow.",
+    overload_profile,
+)
 
 
 def has_overload(runs: list[Run]) -> bool:

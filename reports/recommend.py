@@ -71,8 +71,14 @@ def judge(run: Run, slo: list[Threshold] | None) -> RunVerdict:
     checks = []
     held = run.summary.get("rate_held")
     if held is False:
-        checks.append(("held the offered rate", f"{fmt_figure(FIGURES['achieved_rate'], run.summary.get('achieved_rate'))} fires/s "
-                       f"of {fmt_figure(FIGURES['achieved_rate'], run.summary.get('offered_rate'))} offered", False))
+        checks.append(
+            (
+                "held the offered rate",
+                f"{fmt_figure(FIGURES['achieved_rate'], run.summary.get('achieved_rate'))} fires/s "
+                f"of {fmt_figure(FIGURES['achieved_rate'], run.summary.get('offered_rate'))} offered",
+                False,
+            )
+        )
     if run.summary.get("complete") is False:
         checks.append(("a complete run", run.summary.get("incomplete_reason") or "stopped early", False))
     for th in slo_for(run, slo):
@@ -91,8 +97,9 @@ def _cost_figure(runs: list[Run]) -> str | None:
 
 def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
     slo = parse_thresholds(slo_text, "--slo", allow_relative=False) if slo_text else None
-    slo_said = slo_text or ("lag p99 within each design's declared bound, 0 lost, Jain's index "
-                            f">= {DEFAULT_JAIN:g} across tenants")
+    slo_said = slo_text or (
+        f"lag p99 within each design's declared bound, 0 lost, Jain's index >= {DEFAULT_JAIN:g} across tenants"
+    )
     if not runs:
         return Recommendation(None, "No runs to recommend from.", slo_text=slo_said)
     verdicts = [judge(r, slo) for r in runs]
@@ -100,40 +107,62 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
     cost_fig = FIGURES[cost_name] if cost_name else None
     for v in verdicts:
         v.cost = cost_fig.get(v.run) if cost_fig else None
-    rec = Recommendation(None, "", verdicts=verdicts, cost_figure=cost_fig.label if cost_fig else None,
-                         cost_name=cost_name, slo_text=slo_said)
+    rec = Recommendation(
+        None,
+        "",
+        verdicts=verdicts,
+        cost_figure=cost_fig.label if cost_fig else None,
+        cost_name=cost_name,
+        slo_text=slo_said,
+    )
     rec.not_measured = _not_measured(runs, cost_name)
-    passing = sorted([v for v in verdicts if v.meets], key=lambda v: (v.cost if v.cost is not None else math.inf))
+    passing = sorted([v for v in verdicts if v.meets], key=lambda v: v.cost if v.cost is not None else math.inf)
     if len(runs) > 1 and len({r.scheduler for r in runs}) == 1:
-        rec.headline = (f"All {len(runs)} runs are of one design, {runs[0].scheduler}: nothing to choose between; "
-                        "the table says which met the SLO.")
+        rec.headline = (
+            f"All {len(runs)} runs are of one design, {runs[0].scheduler}: nothing to choose between; "
+            "the table says which met the SLO."
+        )
         return rec
     if len(runs) == 1:
         v = verdicts[0]
-        rec.headline = (f"{v.run.label} {'meets' if v.meets else 'does not meet'} the SLO; one design was measured, "
-                        "so there is nothing to choose between.")
+        rec.headline = (
+            f"{v.run.label} {'meets' if v.meets else 'does not meet'} the SLO; one design was measured, "
+            "so there is nothing to choose between."
+        )
         rec.why = [_checks_sentence(v)]
         return rec
     if not passing:
         closest = min(verdicts, key=lambda v: sum(not ok for _, _, ok in v.checks))
         rec.headline = "No design met the SLO on this workload."
-        rec.why = [f"{v.run.label}: " + "; ".join(f"{t} measured {m}" for t, m, ok in v.checks if not ok) for v in verdicts]
-        rec.would_change = [f"{closest.run.label} failed the fewest thresholds "
-                            f"({sum(not ok for _, _, ok in closest.checks)}): relaxing "
-                            + ", ".join(f"'{t}'" for t, _, ok in closest.checks if not ok) + " would make it the pick."]
+        rec.why = [
+            f"{v.run.label}: " + "; ".join(f"{t} measured {m}" for t, m, ok in v.checks if not ok) for v in verdicts
+        ]
+        rec.would_change = [
+            f"{closest.run.label} failed the fewest thresholds "
+            f"({sum(not ok for _, _, ok in closest.checks)}): relaxing "
+            + ", ".join(f"'{t}'" for t, _, ok in closest.checks if not ok)
+            + " would make it the pick."
+        ]
         return rec
     pick = passing[0]
     rec.choice = pick.run.label
-    rec.headline = (f"Pick {pick.run.label}: it meets the SLO"
-                    + (f" at the lowest {cost_fig.label} ({fmt_figure(cost_fig, pick.cost)})" if cost_fig else
-                       " (no cost figure every run has, so the pick is by the SLO alone)")
-                    + ".")
+    rec.headline = (
+        f"Pick {pick.run.label}: it meets the SLO"
+        + (
+            f" at the lowest {cost_fig.label} ({fmt_figure(cost_fig, pick.cost)})"
+            if cost_fig
+            else " (no cost figure every run has, so the pick is by the SLO alone)"
+        )
+        + "."
+    )
     rec.why.append(_checks_sentence(pick))
     if len(passing) > 1 and cost_fig and pick.cost is not None:
         second = passing[1]
         if second.cost is not None and pick.cost > 0:
-            rec.why.append(f"The runner-up, {second.run.label}, also meets the SLO at {fmt_figure(cost_fig, second.cost)} "
-                           f"{cost_fig.label}: {second.cost / pick.cost:.2f}x the pick's.")
+            rec.why.append(
+                f"The runner-up, {second.run.label}, also meets the SLO at {fmt_figure(cost_fig, second.cost)} "
+                f"{cost_fig.label}: {second.cost / pick.cost:.2f}x the pick's."
+            )
     failing = [v for v in verdicts if not v.meets]
     for v in failing:
         failed = "; ".join(f"'{t}' (measured {m})" for t, m, ok in v.checks if not ok)
@@ -150,9 +179,12 @@ def _would_change(pick: RunVerdict, passing: list[RunVerdict], failing: list[Run
     out = []
     for v in failing:
         if cost_fig and v.cost is not None and pick.cost is not None and v.cost < pick.cost:
-            out.append(f"{v.run.label} is cheaper ({fmt_figure(cost_fig, v.cost)} against {fmt_figure(cost_fig, pick.cost)} "
-                       f"{cost_fig.label}) and would be the pick if the SLO did not ask for "
-                       + ", ".join(f"'{t}' (it measured {m})" for t, m, ok in v.checks if not ok) + ".")
+            out.append(
+                f"{v.run.label} is cheaper ({fmt_figure(cost_fig, v.cost)} against {fmt_figure(cost_fig, pick.cost)} "
+                f"{cost_fig.label}) and would be the pick if the SLO did not ask for "
+                + ", ".join(f"'{t}' (it measured {m})" for t, m, ok in v.checks if not ok)
+                + "."
+            )
     lag, jain = FIGURES["lag_p99"], FIGURES["jain"]
     for v in passing[1:]:
         better = []
@@ -163,19 +195,26 @@ def _would_change(pick: RunVerdict, passing: list[RunVerdict], failing: list[Run
         if pj is not None and vj is not None and vj > pj + 0.01:
             better.append(f"Jain's index {vj:.3f} against {pj:.3f}")
         if better:
-            out.append(f"If you need lag or fairness tighter than the pick's, {v.run.label} also meets the SLO with "
-                       + " and ".join(better) + ".")
+            out.append(
+                f"If you need lag or fairness tighter than the pick's, {v.run.label} also meets the SLO with "
+                + " and ".join(better)
+                + "."
+            )
         if cost_fig and v.cost is not None and pick.cost and abs(v.cost - pick.cost) < NOISE_SHARE * pick.cost:
-            out.append(f"{pick.run.label} and {v.run.label} cost within {100 * NOISE_SHARE:.0f}% of each other per fire: "
-                       "within one run's noise here; repeat the runs (several per design) before deciding on cost.")
+            out.append(
+                f"{pick.run.label} and {v.run.label} cost within {100 * NOISE_SHARE:.0f}% of each other per fire: "
+                "within one run's noise here; repeat the runs (several per design) before deciding on cost."
+            )
     opts = pick.run.config.get("options") or {}
     if "timer_cap" in opts and "shards" in opts:
         triggers = pick.run.workload.get("triggers") or 0
         cap = float(opts["timer_cap"]) * float(opts["shards"]) * float(opts.get("grow_above", 0.8))
         if triggers and triggers < cap:
-            out.append(f"At more than ~{cap:,.0f} triggers ({opts['shards']} shards x {opts['timer_cap']} timers x "
-                       f"{float(opts.get('grow_above', 0.8)):.0%}) {pick.run.label}'s controller grows the ring; "
-                       f"this workload had {triggers:,} and never exercised that.")
+            out.append(
+                f"At more than ~{cap:,.0f} triggers ({opts['shards']} shards x {opts['timer_cap']} timers x "
+                f"{float(opts.get('grow_above', 0.8)):.0%}) {pick.run.label}'s controller grows the ring; "
+                f"this workload had {triggers:,} and never exercised that."
+            )
     return out
 
 
@@ -187,15 +226,19 @@ def _not_measured(runs: list[Run], cost_name: str | None) -> list[str]:
         for key, why in sorted((r.summary.get("unavailable") or {}).items()):
             out.append(f"{r.label}: {key} not measured ({why}).")
         if r.summary.get("steady_state") is False:
-            out.append(f"{r.label}: the window was not steady state "
-                       f"({r.summary.get('cycles_per_trigger') or 0:.1f} fire cycles per trigger); its figures lean on first fires.")
+            out.append(
+                f"{r.label}: the window was not steady state "
+                f"({r.summary.get('cycles_per_trigger') or 0:.1f} fire cycles per trigger); its figures lean on first fires."
+            )
         for note in r.summary.get("measurement_notes") or []:
             out.append(f"{r.label}: {note}")
     if all(n == 1 for n in seen.values()):
         out.append("One run per design: no spread, so differences under ~10% may be noise.")
     if any(r.scheduler.startswith("temporal") for r in runs):
-        out.append("Temporal's store here is the dev server's SQLite; a production cluster (Cassandra, MySQL or "
-                   "Postgres persistence) costs differently per request.")
+        out.append(
+            "Temporal's store here is the dev server's SQLite; a production cluster (Cassandra, MySQL or "
+            "Postgres persistence) costs differently per request."
+        )
     if cost_name is None:
         out.append("No cost figure was recorded by every run, so cost did not decide.")
     elif cost_name in ("writes_per_fire", "wal_per_fire") and any(r.scheduler.startswith("temporal") for r in runs):

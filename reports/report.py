@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports import harness_ceiling
-from reports.html import render_html
 from reports.errors import ReportError
 from reports.gate import GateVerdict, evaluate, verdict_markdown
+from reports.html import render_html
 from reports.load import baseline_side, load_runs, pick_baseline
 from reports.markdown import render_markdown
 from reports.model import FailedRun, Report, build_report
@@ -23,7 +23,9 @@ def gate_runs(runs, baseline: str | None, fail_on: str) -> GateVerdict:
 
     thresholds = parse_thresholds(fail_on, "--fail-on", allow_relative=True)
     if not baseline:
-        raise ReportError("--fail-on needs --baseline: name the run(s) (a directory, a run, or a scheduler) to compare against")
+        raise ReportError(
+            "--fail-on needs --baseline: name the run(s) (a directory, a run, or a scheduler) to compare against"
+        )
     side = set(baseline_side(runs, baseline))
     base = [r for i, r in enumerate(runs) if i in side]
     cand = [r for i, r in enumerate(runs) if i not in side]
@@ -32,10 +34,17 @@ def gate_runs(runs, baseline: str | None, fail_on: str) -> GateVerdict:
     return evaluate(base, cand, thresholds)
 
 
-def write_report(run_args: list[str], html_path: Path | None, markdown_path: Path | None,
-                 baseline: str | None = None, failures: list[FailedRun] | None = None,
-                 slo: str | None = None, project_rate: float | None = None, fail_on: str | None = None,
-                 gate_path: Path | None = None) -> Report:
+def write_report(
+    run_args: list[str],
+    html_path: Path | None,
+    markdown_path: Path | None,
+    baseline: str | None = None,
+    failures: list[FailedRun] | None = None,
+    slo: str | None = None,
+    project_rate: float | None = None,
+    fail_on: str | None = None,
+    gate_path: Path | None = None,
+) -> Report:
     """Load the runs, build the report and write the requested files; with ``fail_on``, the gate's
     Markdown verdict too (``gate_path``)."""
     runs = load_runs(run_args) if run_args else []
@@ -50,8 +59,9 @@ def write_report(run_args: list[str], html_path: Path | None, markdown_path: Pat
     base_i = 0
     if runs and baseline:
         base_i = baseline_side(runs, baseline)[0] if gate is not None else pick_baseline(runs, baseline)
-    report = build_report(runs, base_i, failures, with_figures=html_path is not None,
-                          slo=slo, project_rate=project_rate, gate=gate)
+    report = build_report(
+        runs, base_i, failures, with_figures=html_path is not None, slo=slo, project_rate=project_rate, gate=gate
+    )
     if gate is not None and gate_path is not None:
         gate_path.parent.mkdir(parents=True, exist_ok=True)
         gate_path.write_text(verdict_markdown(gate), encoding="utf-8")

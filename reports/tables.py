@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
 from metrics.rundir import how_to_read
@@ -162,93 +163,397 @@ SUMMARY_ROWS: list[RowSpec] = [
     RowSpec("workload", "Workload", "", _workload, kind="text", group="Run"),
     RowSpec("complete", "Complete", "", _complete, kind="text", group="Run"),
     RowSpec("cycles", "Cycles per trigger in the window", "", _get("cycles_per_trigger"), group="Run"),
-    RowSpec("steady_state", "Steady state (≥ 2 cycles, warm-up ≥ longest interval)", "", _steady, kind="text", group="Run"),
+    RowSpec(
+        "steady_state", "Steady state (≥ 2 cycles, warm-up ≥ longest interval)", "", _steady, kind="text", group="Run"
+    ),
     RowSpec("target_rate", "Target fire rate", "fires/s", _get("target_rate"), group="Throughput"),
     RowSpec("offered_rate", "Offered fire rate (became due)", "fires/s", _get("offered_rate"), group="Throughput"),
     RowSpec("achieved_rate", "Achieved fire rate", "fires/s", _get("achieved_rate"), "higher", group="Throughput"),
-    RowSpec("fires", "Fires delivered in the window (first deliveries)", "", _get("fires"), kind="count", group="Throughput"),
+    RowSpec(
+        "fires", "Fires delivered in the window (first deliveries)", "", _get("fires"), kind="count", group="Throughput"
+    ),
     RowSpec("rate_share", "Achieved / offered", "%", rate_share, "higher", kind="percent", group="Throughput"),
     RowSpec("offered_share", "Offered / target", "%", offered_share, kind="percent", group="Throughput"),
-    RowSpec("claim_rate", "Claim throughput (timers claimed, re-claims included)", "claims/s", _get("claim_rate"), group="Throughput"),
-    RowSpec("due", "Fires due in the window", "", _outcome("due"), kind="count", group="Outcomes (every fire due in the window)"),
+    RowSpec(
+        "claim_rate",
+        "Claim throughput (timers claimed, re-claims included)",
+        "claims/s",
+        _get("claim_rate"),
+        group="Throughput",
+    ),
+    RowSpec(
+        "due",
+        "Fires due in the window",
+        "",
+        _outcome("due"),
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
     # counts are not ranked (each run has its own number of due fires); the on-time share is
-    RowSpec("on_time", "On time (lag ≤ on-time bound)", "", _outcome("on_time"), kind="count", group="Outcomes (every fire due in the window)"),
-    RowSpec("late", "Late (delivered, lag over the bound)", "", _outcome("late"), kind="count", group="Outcomes (every fire due in the window)"),
-    RowSpec("pending", "Pending at the end (backlog still held)", "", _outcome("pending"), kind="count", group="Outcomes (every fire due in the window)"),
-    RowSpec("lost", "Lost (never delivered, not held)", "", _outcome("lost"), "lower", kind="count", group="Outcomes (every fire due in the window)"),
-    RowSpec("on_time_share", "On time / due", "%", on_time_share, "higher", kind="percent", group="Outcomes (every fire due in the window)"),
+    RowSpec(
+        "on_time",
+        "On time (lag ≤ on-time bound)",
+        "",
+        _outcome("on_time"),
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
+    RowSpec(
+        "late",
+        "Late (delivered, lag over the bound)",
+        "",
+        _outcome("late"),
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
+    RowSpec(
+        "pending",
+        "Pending at the end (backlog still held)",
+        "",
+        _outcome("pending"),
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
+    RowSpec(
+        "lost",
+        "Lost (never delivered, not held)",
+        "",
+        _outcome("lost"),
+        "lower",
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
+    RowSpec(
+        "on_time_share",
+        "On time / due",
+        "%",
+        on_time_share,
+        "higher",
+        kind="percent",
+        group="Outcomes (every fire due in the window)",
+    ),
     RowSpec("on_time_s", "On-time bound", "s", _get("on_time_s"), group="Outcomes (every fire due in the window)"),
-    RowSpec("skipped_periods", "Skipped periods (fires > 1 interval late)", "", _get("skipped_periods"), "lower", kind="count", group="Outcomes (every fire due in the window)"),
+    RowSpec(
+        "skipped_periods",
+        "Skipped periods (fires > 1 interval late)",
+        "",
+        _get("skipped_periods"),
+        "lower",
+        kind="count",
+        group="Outcomes (every fire due in the window)",
+    ),
     RowSpec("lag_p50_ms", "Lag p50", "ms", _get("lag_ms", "p50"), "lower", group="Lag (every fire due in the window)"),
     RowSpec("lag_p90_ms", "Lag p90", "ms", _get("lag_ms", "p90"), "lower", group="Lag (every fire due in the window)"),
     RowSpec("lag_p99_ms", "Lag p99", "ms", _get("lag_ms", "p99"), "lower", group="Lag (every fire due in the window)"),
-    RowSpec("lag_p999_ms", "Lag p99.9", "ms", _get("lag_ms", "p999"), "lower", group="Lag (every fire due in the window)"),
+    RowSpec(
+        "lag_p999_ms", "Lag p99.9", "ms", _get("lag_ms", "p999"), "lower", group="Lag (every fire due in the window)"
+    ),
     RowSpec("lag_max_ms", "Lag max", "ms", _get("lag_ms", "max"), "lower", group="Lag (every fire due in the window)"),
     RowSpec("lost_total", "Lost fires, warm-up included", "", _lost_total, "lower", kind="count", group="Correctness"),
-    RowSpec("duplicate_effects", "Duplicate keyed effects", "", _get("duplicate_effects"), "lower", kind="count", group="Correctness"),
+    RowSpec(
+        "duplicate_effects",
+        "Duplicate keyed effects",
+        "",
+        _get("duplicate_effects"),
+        "lower",
+        kind="count",
+        group="Correctness",
+    ),
     RowSpec("early", "Early fires (before due)", "", _get("early"), "lower", kind="count", group="Correctness"),
-    RowSpec("redelivered_fires", "Redelivered fires (attempt > 1)", "", _get("redelivered_fires"), "lower", kind="count", group="At-least-once costs"),
-    RowSpec("duplicate_fires", "Duplicate fires", "", _get("duplicate_fires"), "lower", kind="count", group="At-least-once costs"),
-    RowSpec("external_effects", "External effects (webhooks sent)", "", _get("external_effects"), kind="count", group="At-least-once costs"),
-    RowSpec("duplicate_external_effects", "Duplicate external effects", "", _get("duplicate_external_effects"), "lower", kind="count", group="At-least-once costs"),
-    RowSpec("dead_table_peak", "Dead tuples, table, peak", "", _get("dead_tuples", "table_peak"), "lower", kind="count", group="Postgres"),
-    RowSpec("dead_table_end", "Dead tuples, table, end", "", _get("dead_tuples", "table_end"), "lower", kind="count", group="Postgres"),
-    RowSpec("dead_toast_peak", "Dead tuples, TOAST, peak", "", _get("dead_tuples", "toast_peak"), "lower", kind="count", group="Postgres"),
-    RowSpec("dead_toast_end", "Dead tuples, TOAST, end", "", _get("dead_tuples", "toast_end"), "lower", kind="count", group="Postgres"),
-    RowSpec("hot_ratio", "HOT ratio (HOT / all updates)", "%", _get("hot_ratio"), "higher", kind="percent", group="Postgres"),
+    RowSpec(
+        "redelivered_fires",
+        "Redelivered fires (attempt > 1)",
+        "",
+        _get("redelivered_fires"),
+        "lower",
+        kind="count",
+        group="At-least-once costs",
+    ),
+    RowSpec(
+        "duplicate_fires",
+        "Duplicate fires",
+        "",
+        _get("duplicate_fires"),
+        "lower",
+        kind="count",
+        group="At-least-once costs",
+    ),
+    RowSpec(
+        "external_effects",
+        "External effects (webhooks sent)",
+        "",
+        _get("external_effects"),
+        kind="count",
+        group="At-least-once costs",
+    ),
+    RowSpec(
+        "duplicate_external_effects",
+        "Duplicate external effects",
+        "",
+        _get("duplicate_external_effects"),
+        "lower",
+        kind="count",
+        group="At-least-once costs",
+    ),
+    RowSpec(
+        "dead_table_peak",
+        "Dead tuples, table, peak",
+        "",
+        _get("dead_tuples", "table_peak"),
+        "lower",
+        kind="count",
+        group="Postgres",
+    ),
+    RowSpec(
+        "dead_table_end",
+        "Dead tuples, table, end",
+        "",
+        _get("dead_tuples", "table_end"),
+        "lower",
+        kind="count",
+        group="Postgres",
+    ),
+    RowSpec(
+        "dead_toast_peak",
+        "Dead tuples, TOAST, peak",
+        "",
+        _get("dead_tuples", "toast_peak"),
+        "lower",
+        kind="count",
+        group="Postgres",
+    ),
+    RowSpec(
+        "dead_toast_end",
+        "Dead tuples, TOAST, end",
+        "",
+        _get("dead_tuples", "toast_end"),
+        "lower",
+        kind="count",
+        group="Postgres",
+    ),
+    RowSpec(
+        "hot_ratio", "HOT ratio (HOT / all updates)", "%", _get("hot_ratio"), "higher", kind="percent", group="Postgres"
+    ),
     RowSpec("autovacuum_runs", "Autovacuum runs", "", _get("autovacuum_runs"), kind="count", group="Postgres"),
-    RowSpec("table_bytes_end", "Table size at end", "B", _get("table_bytes_end"), "lower", kind="bytes", group="Postgres"),
-    RowSpec("index_bytes_end", "Index size at end", "B", _get("index_bytes_end"), "lower", kind="bytes", group="Postgres"),
+    RowSpec(
+        "table_bytes_end", "Table size at end", "B", _get("table_bytes_end"), "lower", kind="bytes", group="Postgres"
+    ),
+    RowSpec(
+        "index_bytes_end", "Index size at end", "B", _get("index_bytes_end"), "lower", kind="bytes", group="Postgres"
+    ),
     RowSpec("inserts_per_fire", "Heap inserts per fire", "", _get("per_fire", "inserts"), "lower", group=WRITES),
     RowSpec("updates_per_fire", "Heap updates per fire", "", _get("per_fire", "updates"), "lower", group=WRITES),
     RowSpec("deletes_per_fire", "Heap deletes per fire", "", _get("per_fire", "deletes"), "lower", group=WRITES),
-    RowSpec("toast_inserts_per_fire", "TOAST inserts per fire", "", _get("per_fire", "toast_inserts"), "lower", group=WRITES),
-    RowSpec("toast_updates_per_fire", "TOAST updates per fire", "", _get("per_fire", "toast_updates"), "lower", group=WRITES),
-    RowSpec("toast_deletes_per_fire", "TOAST deletes per fire", "", _get("per_fire", "toast_deletes"), "lower", group=WRITES),
+    RowSpec(
+        "toast_inserts_per_fire", "TOAST inserts per fire", "", _get("per_fire", "toast_inserts"), "lower", group=WRITES
+    ),
+    RowSpec(
+        "toast_updates_per_fire", "TOAST updates per fire", "", _get("per_fire", "toast_updates"), "lower", group=WRITES
+    ),
+    RowSpec(
+        "toast_deletes_per_fire", "TOAST deletes per fire", "", _get("per_fire", "toast_deletes"), "lower", group=WRITES
+    ),
     RowSpec("heap_writes_per_fire", "Heap writes per fire", "", _get("per_fire", "heap_writes"), "lower", group=WRITES),
-    RowSpec("toast_writes_per_fire", "TOAST writes per fire", "", _get("per_fire", "toast_writes"), "lower", group=WRITES),
-    RowSpec("row_writes_per_fire", "Row writes per fire, heap + TOAST", "", _get("per_fire", "row_writes"), "lower", group=WRITES),
-    RowSpec("wal_bytes_per_fire", "WAL bytes per fire", "B", _get("per_fire", "wal_bytes"), "lower", kind="bytes", group=WAL),
-    RowSpec("wal_records_per_fire", "WAL records per fire", "", _get("per_fire", "wal_records"), "lower", group=WAL,
-            needs=("wal_records",)),
-    RowSpec("wal_fpi_per_fire", "Full-page images per fire", "", _get("per_fire", "wal_fpi"), "lower", group=WAL,
-            needs=("wal_records",)),
-    RowSpec("postgres_io_bytes_per_fire", "Postgres bytes written per fire (pg_stat_io)", "B",
-            _server("postgres", "io_write_bytes"), "lower", kind="bytes", group=POSTGRES_BILL, needs=("postgres_io",)),
-    RowSpec("postgres_cpu_ms_per_fire", "Postgres CPU per fire", "ms", _server("postgres", "cpu_s", 1000.0), "lower",
-            group=POSTGRES_BILL, needs=("postgres_process",)),
-    RowSpec("temporal_requests_per_fire", "Temporal persistence requests per fire", "",
-            _server("temporal", "persistence_requests"), "lower", group=TEMPORAL_BILL, needs=("temporal_metrics",)),
-    RowSpec("temporal_writes_per_fire", "Temporal persistence writes per fire", "",
-            _server("temporal", "persistence_writes"), "lower", group=TEMPORAL_BILL, needs=("temporal_metrics",)),
-    RowSpec("temporal_actions_per_fire", "Temporal actions per fire", "", _server("temporal", "actions"), "lower",
-            group=TEMPORAL_BILL, needs=("temporal_metrics",)),
-    RowSpec("temporal_bytes_per_fire", "Temporal bytes written per fire (the kernel's count for its process)", "B",
-            _server("temporal", "write_bytes"), "lower", kind="bytes", group=TEMPORAL_BILL, needs=("temporal_process",)),
-    RowSpec("temporal_file_growth_per_fire", "Temporal store growth per fire (SQLite files)", "B",
-            _server("temporal", "file_bytes"), "lower", kind="bytes", group=TEMPORAL_BILL, needs=("temporal_process",)),
-    RowSpec("temporal_cpu_ms_per_fire", "Temporal CPU per fire", "ms", _server("temporal", "cpu_s", 1000.0), "lower",
-            group=TEMPORAL_BILL, needs=("temporal_process",)),
-    RowSpec("durable_writes_per_fire", "Durable writes per fire (row writes + Temporal persistence writes)", "",
-            _get("bill", "durable_writes"), "lower", group=BILL, needs=("temporal_metrics",)),
-    RowSpec("bytes_written_per_fire", "Bytes written per fire, all stores", "B",
-            _get("bill", "bytes_written"), "lower", kind="bytes", group=BILL, needs=("postgres_io", "temporal_process")),
-    RowSpec("dead_exact", "Dead tuples, tables (pgstattuple)", "", _get("bloat", "dead_tuples_exact"), "lower",
-            kind="count", group=BLOAT, needs=("bloat",)),
-    RowSpec("dead_estimate", "n_dead_tup, tables, read at the same moment", "", _get("bloat", "n_dead_tup"),
-            kind="count", group=BLOAT, needs=("bloat",)),
-    RowSpec("dead_exact_toast", "Dead tuples, TOAST (pgstattuple)", "", _get("bloat", "dead_tuples_exact_toast"),
-            "lower", kind="count", group=BLOAT, needs=("bloat",)),
-    RowSpec("dead_estimate_toast", "n_dead_tup, TOAST, read at the same moment", "", _get("bloat", "n_dead_tup_toast"),
-            kind="count", group=BLOAT, needs=("bloat",)),
-    RowSpec("dead_bytes", "Dead tuple bytes, tables + TOAST", "B", _get("bloat", "dead_bytes"), "lower", kind="bytes",
-            group=BLOAT, needs=("bloat",)),
-    RowSpec("free_bytes", "Free space, tables + TOAST", "B", _get("bloat", "free_bytes"), kind="bytes", group=BLOAT,
-            needs=("bloat",)),
-    RowSpec("statement_ms_per_fire", "Statement time per fire (the design's)", "ms", _statement_ms_per_fire, "lower",
-            group=STATEMENTS, needs=("statements",)),
-    RowSpec("sampler_ms_per_s", "The sampler's statement time per second", "ms/s", _sampler_ms_per_s,
-            group=STATEMENTS, needs=("statements",)),
+    RowSpec(
+        "toast_writes_per_fire", "TOAST writes per fire", "", _get("per_fire", "toast_writes"), "lower", group=WRITES
+    ),
+    RowSpec(
+        "row_writes_per_fire",
+        "Row writes per fire, heap + TOAST",
+        "",
+        _get("per_fire", "row_writes"),
+        "lower",
+        group=WRITES,
+    ),
+    RowSpec(
+        "wal_bytes_per_fire", "WAL bytes per fire", "B", _get("per_fire", "wal_bytes"), "lower", kind="bytes", group=WAL
+    ),
+    RowSpec(
+        "wal_records_per_fire",
+        "WAL records per fire",
+        "",
+        _get("per_fire", "wal_records"),
+        "lower",
+        group=WAL,
+        needs=("wal_records",),
+    ),
+    RowSpec(
+        "wal_fpi_per_fire",
+        "Full-page images per fire",
+        "",
+        _get("per_fire", "wal_fpi"),
+        "lower",
+        group=WAL,
+        needs=("wal_records",),
+    ),
+    RowSpec(
+        "postgres_io_bytes_per_fire",
+        "Postgres bytes written per fire (pg_stat_io)",
+        "B",
+        _server("postgres", "io_write_bytes"),
+        "lower",
+        kind="bytes",
+        group=POSTGRES_BILL,
+        needs=("postgres_io",),
+    ),
+    RowSpec(
+        "postgres_cpu_ms_per_fire",
+        "Postgres CPU per fire",
+        "ms",
+        _server("postgres", "cpu_s", 1000.0),
+        "lower",
+        group=POSTGRES_BILL,
+        needs=("postgres_process",),
+    ),
+    RowSpec(
+        "temporal_requests_per_fire",
+        "Temporal persistence requests per fire",
+        "",
+        _server("temporal", "persistence_requests"),
+        "lower",
+        group=TEMPORAL_BILL,
+        needs=("temporal_metrics",),
+    ),
+    RowSpec(
+        "temporal_writes_per_fire",
+        "Temporal persistence writes per fire",
+        "",
+        _server("temporal", "persistence_writes"),
+        "lower",
+        group=TEMPORAL_BILL,
+        needs=("temporal_metrics",),
+    ),
+    RowSpec(
+        "temporal_actions_per_fire",
+        "Temporal actions per fire",
+        "",
+        _server("temporal", "actions"),
+        "lower",
+        group=TEMPORAL_BILL,
+        needs=("temporal_metrics",),
+    ),
+    RowSpec(
+        "temporal_bytes_per_fire",
+        "Temporal bytes written per fire (the kernel's count for its process)",
+        "B",
+        _server("temporal", "write_bytes"),
+        "lower",
+        kind="bytes",
+        group=TEMPORAL_BILL,
+        needs=("temporal_process",),
+    ),
+    RowSpec(
+        "temporal_file_growth_per_fire",
+        "Temporal store growth per fire (SQLite files)",
+        "B",
+        _server("temporal", "file_bytes"),
+        "lower",
+        kind="bytes",
+        group=TEMPORAL_BILL,
+        needs=("temporal_process",),
+    ),
+    RowSpec(
+        "temporal_cpu_ms_per_fire",
+        "Temporal CPU per fire",
+        "ms",
+        _server("temporal", "cpu_s", 1000.0),
+        "lower",
+        group=TEMPORAL_BILL,
+        needs=("temporal_process",),
+    ),
+    RowSpec(
+        "durable_writes_per_fire",
+        "Durable writes per fire (row writes + Temporal persistence writes)",
+        "",
+        _get("bill", "durable_writes"),
+        "lower",
+        group=BILL,
+        needs=("temporal_metrics",),
+    ),
+    RowSpec(
+        "bytes_written_per_fire",
+        "Bytes written per fire, all stores",
+        "B",
+        _get("bill", "bytes_written"),
+        "lower",
+        kind="bytes",
+        group=BILL,
+        needs=("postgres_io", "temporal_process"),
+    ),
+    RowSpec(
+        "dead_exact",
+        "Dead tuples, tables (pgstattuple)",
+        "",
+        _get("bloat", "dead_tuples_exact"),
+        "lower",
+        kind="count",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "dead_estimate",
+        "n_dead_tup, tables, read at the same moment",
+        "",
+        _get("bloat", "n_dead_tup"),
+        kind="count",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "dead_exact_toast",
+        "Dead tuples, TOAST (pgstattuple)",
+        "",
+        _get("bloat", "dead_tuples_exact_toast"),
+        "lower",
+        kind="count",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "dead_estimate_toast",
+        "n_dead_tup, TOAST, read at the same moment",
+        "",
+        _get("bloat", "n_dead_tup_toast"),
+        kind="count",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "dead_bytes",
+        "Dead tuple bytes, tables + TOAST",
+        "B",
+        _get("bloat", "dead_bytes"),
+        "lower",
+        kind="bytes",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "free_bytes",
+        "Free space, tables + TOAST",
+        "B",
+        _get("bloat", "free_bytes"),
+        kind="bytes",
+        group=BLOAT,
+        needs=("bloat",),
+    ),
+    RowSpec(
+        "statement_ms_per_fire",
+        "Statement time per fire (the design's)",
+        "ms",
+        _statement_ms_per_fire,
+        "lower",
+        group=STATEMENTS,
+        needs=("statements",),
+    ),
+    RowSpec(
+        "sampler_ms_per_s",
+        "The sampler's statement time per second",
+        "ms/s",
+        _sampler_ms_per_s,
+        group=STATEMENTS,
+        needs=("statements",),
+    ),
 ]
 
 
@@ -293,7 +598,11 @@ class Row:
 
     @property
     def label(self) -> str:
-        return f"{self.spec.label} ({self.spec.unit})" if self.spec.unit and self.spec.kind not in ("percent", "bytes") else self.spec.label
+        return (
+            f"{self.spec.label} ({self.spec.unit})"
+            if self.spec.unit and self.spec.kind not in ("percent", "bytes")
+            else self.spec.label
+        )
 
 
 @dataclass
@@ -362,7 +671,8 @@ SUMMARY_LEGEND = (
     "has no Postgres tables). Rates, outcomes and lag cover the fires due in the measured window (warm-up "
     "excluded; fires delivered during the drain count with their real lag); correctness and at-least-once "
     "figures cover the whole run. A lag percentile that falls among fires never delivered reads 'not delivered'. "
-    + SERVER_WIDE_NOTE)
+    + SERVER_WIDE_NOTE
+)
 
 
 def how_to_read_report(runs: list[Run]) -> list[str]:
@@ -382,11 +692,14 @@ def how_to_read_report(runs: list[Run]) -> list[str]:
         if float(w.get("time_compression") or 1.0) > 1 and w.get("name") not in seen:
             seen.add(w.get("name"))
             factor = float(w["time_compression"])
-            what = w.get("description") or (f"time-compressed ×{factor:g}: intervals and population scaled down "
-                                             f"at the same fire rate")
-            out.append(f"Workload {w.get('name')}: {what}. Figures that depend on the interval (cycles, lag relative "
-                       f"to the interval, table sizes) differ from the uncompressed shape, which takes about "
-                       f"{factor:g}× as long to run.")
+            what = w.get("description") or (
+                f"time-compressed ×{factor:g}: intervals and population scaled down at the same fire rate"
+            )
+            out.append(
+                f"Workload {w.get('name')}: {what}. Figures that depend on the interval (cycles, lag relative "
+                f"to the interval, table sizes) differ from the uncompressed shape, which takes about "
+                f"{factor:g}× as long to run."
+            )
     return out
 
 
@@ -403,25 +716,46 @@ def run_checks(run: Run) -> list[Check]:
     checks = [Check("complete", bool(s.get("complete")), _complete(run))]
     share, offered = rate_share(run), offered_share(run)
     held = s.get("rate_held")
-    checks.append(Check(
-        "rate held",
-        held,
-        "unknown" if share is None or offered is None else
-        f"achieved {fmt.num(s['achieved_rate'])} of {fmt.num(s['offered_rate'])} fires/s offered ({share * 100:.1f}%), "
-        f"offered {offered * 100:.1f}% of the {fmt.num(s['target_rate'])} fires/s target "
-        f"(held means both ≥ {RATE_HELD_FRACTION:.0%})",
-    ))
+    checks.append(
+        Check(
+            "rate held",
+            held,
+            "unknown"
+            if share is None or offered is None
+            else f"achieved {fmt.num(s['achieved_rate'])} of {fmt.num(s['offered_rate'])} fires/s offered ({share * 100:.1f}%), "
+            f"offered {offered * 100:.1f}% of the {fmt.num(s['target_rate'])} fires/s target "
+            f"(held means both ≥ {RATE_HELD_FRACTION:.0%})",
+        )
+    )
     cycles = s.get("cycles_per_trigger")
-    checks.append(Check("steady state", s.get("steady_state"),
-                        "unknown" if cycles is None else f"{cycles:.2f} cycles per trigger in the window"
-                        + ("" if s.get("steady_state") else " (needs ≥ 2, and a warm-up of one maximum interval)")))
+    checks.append(
+        Check(
+            "steady state",
+            s.get("steady_state"),
+            "unknown"
+            if cycles is None
+            else f"{cycles:.2f} cycles per trigger in the window"
+            + ("" if s.get("steady_state") else " (needs ≥ 2, and a warm-up of one maximum interval)"),
+        )
+    )
     lost = _lost_total(run)
-    checks.append(Check("no lost fires", None if lost is None else lost == 0,
-                        "unknown" if lost is None else f"lost: {lost:,} (pending at the end: "
-                        f"{int((s.get('outcomes') or {}).get('pending') or 0):,})"))
+    checks.append(
+        Check(
+            "no lost fires",
+            None if lost is None else lost == 0,
+            "unknown"
+            if lost is None
+            else f"lost: {lost:,} (pending at the end: {int((s.get('outcomes') or {}).get('pending') or 0):,})",
+        )
+    )
     v = s.get("duplicate_effects")
-    checks.append(Check("no duplicate keyed effects", None if v is None else v == 0,
-                        "unknown" if v is None else f"duplicate keyed effects: {int(v):,}"))
+    checks.append(
+        Check(
+            "no duplicate keyed effects",
+            None if v is None else v == 0,
+            "unknown" if v is None else f"duplicate keyed effects: {int(v):,}",
+        )
+    )
     harness = ceiling_check(run)
     if harness is not None:
         checks.append(Check("harness ceiling", *harness))
@@ -431,16 +765,24 @@ def run_checks(run: Run) -> list[Check]:
 
 
 # A failed check whose warning the run already carries is not said twice.
-_CHECK_WARNING = {"complete": "incomplete run", "rate held": "rate not held", "steady state": "not steady state",
-                  "no lost fires": "fires lost", "no duplicate keyed effects": "duplicate keyed effects"}
+_CHECK_WARNING = {
+    "complete": "incomplete run",
+    "rate held": "rate not held",
+    "steady state": "not steady state",
+    "no lost fires": "fires lost",
+    "no duplicate keyed effects": "duplicate keyed effects",
+}
 
 
 def warning_lines(run: Run, checks: list[Check]) -> list[str]:
     """What went wrong in one run, one short line per problem: its warnings, then the failed
     checks no warning already states, then the caveats of its cost figures (measurement notes)."""
     warnings = [str(w) for w in run.summary.get("warnings") or []]
-    failed = [f"check failed: {c.name} — {c.detail}" for c in checks if c.ok is False
-              and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)]
+    failed = [
+        f"check failed: {c.name} — {c.detail}"
+        for c in checks
+        if c.ok is False and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)
+    ]
     return fmt.collapse(warnings + failed) + [str(n) for n in run.summary.get("measurement_notes") or []]
 
 
@@ -473,7 +815,7 @@ def environment_value(run: Run, key: str) -> str:
     if key == "started_at" and isinstance(v, (int, float)):
         import datetime as dt
 
-        return dt.datetime.fromtimestamp(float(v), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return dt.datetime.fromtimestamp(float(v), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if key == "argv" and isinstance(v, list):
         return " ".join(str(a) for a in v)
     if isinstance(v, (dict, list)):
@@ -511,10 +853,18 @@ def migration_lag_rows(m: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ]
     wt = lag.get("worst_tenant")
     if isinstance(wt, dict):
-        rows.append([f"p99, worst tenant ({wt.get('tenant')})", fmt.lag(wt.get("primary_p99")),
-                     fmt.lag(wt.get("shadow_p99")), fmt.lag(wt.get("regression_p99"))])
+        rows.append(
+            [
+                f"p99, worst tenant ({wt.get('tenant')})",
+                fmt.lag(wt.get("primary_p99")),
+                fmt.lag(wt.get("shadow_p99")),
+                fmt.lag(wt.get("regression_p99")),
+            ]
+        )
     for name, c in (m.get("slo") or {}).items():
         if isinstance(c, dict):
             limit = "no limit" if c.get("limit") is None else f"limit {fmt.lag(c['limit'])} ({c.get('limit_from')})"
-            rows.append([name.replace("_", " "), "", fmt.lag(c.get("value")), f"{limit}: {'ok' if c.get('ok') else 'EXCEEDED'}"])
+            rows.append(
+                [name.replace("_", " "), "", fmt.lag(c.get("value")), f"{limit}: {'ok' if c.get('ok') else 'EXCEEDED'}"]
+            )
     return header, rows

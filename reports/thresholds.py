@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from metrics.rundir import NOT_DELIVERED
 from reports.errors import ReportError
@@ -54,8 +54,11 @@ def run_scorecard(run: Run) -> Scorecard:
         on_time_s = float(run.summary.get("on_time_s") or run.workload.get("on_time_s") or 10.0)
         start = float(w.get("measure_start", 0.0))
         end = float(w.get("measure_end", start))
-        cached = scorecard(run.fires, start, end, on_time_s) if "tenant_id" in run.fires else scorecard(
-            run.fires.iloc[0:0].assign(tenant_id=[]), start, end, on_time_s)
+        cached = (
+            scorecard(run.fires, start, end, on_time_s)
+            if "tenant_id" in run.fires
+            else scorecard(run.fires.iloc[0:0].assign(tenant_id=[]), start, end, on_time_s)
+        )
         run._scorecard = cached  # type: ignore[attr-defined]
     return cached
 
@@ -74,31 +77,50 @@ class FigureDef:
     label: str
 
 
-FIGURES: dict[str, FigureDef] = {f.name: f for f in [
-    FigureDef("lag_p50", lambda r: _lag_s(r, "p50"), "s", True, "lag p50"),
-    FigureDef("lag_p99", lambda r: _lag_s(r, "p99"), "s", True, "lag p99"),
-    FigureDef("lag_p999", lambda r: _lag_s(r, "p999"), "s", True, "lag p99.9"),
-    FigureDef("lost", lambda r: _outcome(r, "lost"), "", True, "lost fires"),
-    FigureDef("late", lambda r: _outcome(r, "late"), "", True, "late fires"),
-    FigureDef("pending", lambda r: _outcome(r, "pending"), "", True, "pending fires"),
-    FigureDef("on_time", _on_time_share, "ratio", False, "on-time share"),
-    FigureDef("duplicate_effects", lambda r: r.summary.get("duplicate_effects"), "", True, "duplicate effects"),
-    FigureDef("achieved_rate", lambda r: r.summary.get("achieved_rate"), "", False, "achieved fires/s"),
-    FigureDef("wal_per_fire", lambda r: _per_fire(r, "wal_bytes"), "", True, "WAL bytes per fire"),
-    FigureDef("writes_per_fire", lambda r: _per_fire(r, "row_writes"), "", True, "Postgres row writes per fire"),
-    FigureDef("durable_writes_per_fire", lambda r: (r.summary.get("bill") or {}).get("durable_writes"), "", True,
-              "durable writes per fire, every store"),
-    FigureDef("bytes_per_fire", lambda r: (r.summary.get("bill") or {}).get("bytes_written"), "", True,
-              "bytes written per fire, every store"),
-    FigureDef("hot_ratio", lambda r: r.summary.get("hot_ratio"), "ratio", False, "HOT-update ratio"),
-    FigureDef("dead_tuples_peak", lambda r: (r.summary.get("dead_tuples") or {}).get("table_peak"), "", True,
-              "dead tuples, peak"),
-    FigureDef("jain", lambda r: _fair(r, "jain"), "ratio", False, "Jain's fairness index"),
-    FigureDef("worst_tenant_p99", lambda r: _fair(r, "worst_p99_ms", 1e-3), "s", True, "worst tenant's lag p99"),
-    FigureDef("worst_over_median", lambda r: _fair(r, "worst_over_median"), "", True,
-              "worst / median tenant lag p99"),
-    FigureDef("starvation", lambda r: _fair(r, "starved_s"), "s", True, "starvation bound"),
-]}
+FIGURES: dict[str, FigureDef] = {
+    f.name: f
+    for f in [
+        FigureDef("lag_p50", lambda r: _lag_s(r, "p50"), "s", True, "lag p50"),
+        FigureDef("lag_p99", lambda r: _lag_s(r, "p99"), "s", True, "lag p99"),
+        FigureDef("lag_p999", lambda r: _lag_s(r, "p999"), "s", True, "lag p99.9"),
+        FigureDef("lost", lambda r: _outcome(r, "lost"), "", True, "lost fires"),
+        FigureDef("late", lambda r: _outcome(r, "late"), "", True, "late fires"),
+        FigureDef("pending", lambda r: _outcome(r, "pending"), "", True, "pending fires"),
+        FigureDef("on_time", _on_time_share, "ratio", False, "on-time share"),
+        FigureDef("duplicate_effects", lambda r: r.summary.get("duplicate_effects"), "", True, "duplicate effects"),
+        FigureDef("achieved_rate", lambda r: r.summary.get("achieved_rate"), "", False, "achieved fires/s"),
+        FigureDef("wal_per_fire", lambda r: _per_fire(r, "wal_bytes"), "", True, "WAL bytes per fire"),
+        FigureDef("writes_per_fire", lambda r: _per_fire(r, "row_writes"), "", True, "Postgres row writes per fire"),
+        FigureDef(
+            "durable_writes_per_fire",
+            lambda r: (r.summary.get("bill") or {}).get("durable_writes"),
+            "",
+            True,
+            "durable writes per fire, every store",
+        ),
+        FigureDef(
+            "bytes_per_fire",
+            lambda r: (r.summary.get("bill") or {}).get("bytes_written"),
+            "",
+            True,
+            "bytes written per fire, every store",
+        ),
+        FigureDef("hot_ratio", lambda r: r.summary.get("hot_ratio"), "ratio", False, "HOT-update ratio"),
+        FigureDef(
+            "dead_tuples_peak",
+            lambda r: (r.summary.get("dead_tuples") or {}).get("table_peak"),
+            "",
+            True,
+            "dead tuples, peak",
+        ),
+        FigureDef("jain", lambda r: _fair(r, "jain"), "ratio", False, "Jain's fairness index"),
+        FigureDef("worst_tenant_p99", lambda r: _fair(r, "worst_p99_ms", 1e-3), "s", True, "worst tenant's lag p99"),
+        FigureDef(
+            "worst_over_median", lambda r: _fair(r, "worst_over_median"), "", True, "worst / median tenant lag p99"
+        ),
+        FigureDef("starvation", lambda r: _fair(r, "starved_s"), "s", True, "starvation bound"),
+    ]
+}
 ALIASES = {"p50": "lag_p50", "p99": "lag_p99", "p999": "lag_p999", "wal": "wal_per_fire", "fairness": "jain"}
 
 
@@ -123,11 +145,18 @@ class Threshold:
     def crossed(self, value: float, limit: float) -> bool:
         """Whether ``value`` satisfies ``OP limit`` (a fail condition for --fail-on, a pass
         condition for --slo)."""
-        return {"<": value < limit, "<=": value <= limit, ">": value > limit, ">=": value >= limit,
-                "=": math.isclose(value, limit, rel_tol=1e-9, abs_tol=1e-12)}[self.op]
+        return {
+            "<": value < limit,
+            "<=": value <= limit,
+            ">": value > limit,
+            ">=": value >= limit,
+            "=": math.isclose(value, limit, rel_tol=1e-9, abs_tol=1e-12),
+        }[self.op]
 
 
-_EXPR = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=|<|>|==|=)\s*([+-]?)\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|s|%|pp)?\s*$", re.I)
+_EXPR = re.compile(
+    r"^\s*([a-z_0-9]+)\s*(<=|>=|<|>|==|=)\s*([+-]?)\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|s|%|pp)?\s*$", re.I
+)
 
 
 def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Threshold]:
@@ -136,8 +165,10 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
     for part in [p for p in (text or "").split(",") if p.strip()]:
         m = _EXPR.match(part)
         if not m:
-            raise ReportError(f"{option}: cannot read {part.strip()!r}; write NAME OP VALUE, e.g. "
-                              + ("'lag_p99>+15%' or 'lost>0'" if allow_relative else "'p99<1s' or 'lost=0'"))
+            raise ReportError(
+                f"{option}: cannot read {part.strip()!r}; write NAME OP VALUE, e.g. "
+                + ("'lag_p99>+15%' or 'lost>0'" if allow_relative else "'p99<1s' or 'lost=0'")
+            )
         name, op, sign, number, unit = m.groups()
         name = ALIASES.get(name.lower(), name.lower())
         if name not in FIGURES:
@@ -149,7 +180,9 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
         relative = None
         if sign:
             if not allow_relative:
-                raise ReportError(f"{option}: {part.strip()!r} is a change from a baseline; {option} takes absolute values (e.g. 'p99<1s')")
+                raise ReportError(
+                    f"{option}: {part.strip()!r} is a change from a baseline; {option} takes absolute values (e.g. 'p99<1s')"
+                )
             value = -value if sign == "-" else value
             relative = "%" if unit == "%" else "pp" if unit == "pp" else "delta"
         elif unit in ("%", "pp"):
@@ -157,7 +190,9 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
                 raise ReportError(f"{option}: {part.strip()!r}: {name} is not a ratio; give a plain number")
             value /= 100.0  # an absolute share written as a percentage: on_time>99%
         if unit == "pp" and fig.unit != "ratio":
-            raise ReportError(f"{option}: {part.strip()!r}: percentage points apply to ratios ({', '.join(n for n, f in FIGURES.items() if f.unit == 'ratio')})")
+            raise ReportError(
+                f"{option}: {part.strip()!r}: percentage points apply to ratios ({', '.join(n for n, f in FIGURES.items() if f.unit == 'ratio')})"
+            )
         if unit in ("s", "ms"):
             if fig.unit != "s":
                 raise ReportError(f"{option}: {part.strip()!r}: {name} is not a duration; give a plain number")

@@ -84,12 +84,22 @@ def why_blocks(runs: list[Run]) -> list[Block]:
     names: list[str] = []
     for f in figures.values():
         names += [k for k, v in f.items() if k not in names and v is not None]
-    out = [Block("h2", "Why the seed chose what it chose"),
-           Block("p", "seeds/003 rejected a Temporal workflow per trigger and splitting the table within one database. "
-                      "What each design did per fire in these runs, beside the design the seed chose:")]
+    out = [
+        Block("h2", "Why the seed chose what it chose"),
+        Block(
+            "p",
+            "seeds/003 rejected a Temporal workflow per trigger and splitting the table within one database. "
+            "What each design did per fire in these runs, beside the design the seed chose:",
+        ),
+    ]
     if names:
-        out.append(Block("table", header=["per fire"] + [r.label for r in runs],
-                         rows=[[n] + [_fmt(figures[r.label].get(n)) for r in runs] for n in names]))
+        out.append(
+            Block(
+                "table",
+                header=["per fire"] + [r.label for r in runs],
+                rows=[[n] + [_fmt(figures[r.label].get(n)) for r in runs] for n in names],
+            )
+        )
     said = []
     by_name = {r.scheduler: r for r in runs}
     for alt in alternatives:
@@ -100,8 +110,13 @@ def why_blocks(runs: list[Run]) -> list[Block]:
             continue
         c = figures[by_name[chosen].label]
         parts = []
-        for key in ("workflows started", "activities", "Temporal persistence requests", "Postgres row writes (heap + TOAST)",
-                    "WAL bytes"):
+        for key in (
+            "workflows started",
+            "activities",
+            "Temporal persistence requests",
+            "Postgres row writes (heap + TOAST)",
+            "WAL bytes",
+        ):
             if a.get(key) and c.get(key):
                 parts.append(f"{key} {_fmt(a[key])} against {_fmt(c[key])} ({a[key] / c[key]:.1f}x)")
         line = f"{alt} ({what}) per fire: " + ("; ".join(parts) if parts else "no figure both runs recorded") + "."

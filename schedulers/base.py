@@ -44,8 +44,9 @@ import asyncio
 import contextlib
 import importlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 def us(t: float) -> float:
@@ -172,9 +173,7 @@ class Scheduler(Protocol):
     async def arm(self, timers: Sequence[Timer]) -> None:
         """Upsert by id; an existing id moves."""
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         """Claim due timers and hand them to their type's processor until ``stop`` is set."""
 
     async def stats(self) -> dict[str, float]:
@@ -220,9 +219,7 @@ def scheduler_class(name: str) -> type:
     try:
         target = REGISTRY[name]
     except KeyError:
-        raise UnknownScheduler(
-            f"unknown scheduler {name!r}; choose one of: {', '.join(sorted(REGISTRY))}"
-        ) from None
+        raise UnknownScheduler(f"unknown scheduler {name!r}; choose one of: {', '.join(sorted(REGISTRY))}") from None
     module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -418,7 +415,7 @@ class RunLoop:
         self.batch_errors = 0
         self._keepers: list[tuple[asyncio.Task, bool]] = []
 
-    async def __aenter__(self) -> "RunLoop":
+    async def __aenter__(self) -> RunLoop:
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
@@ -540,8 +537,11 @@ class BatchSizes:
             self.closed[closed_by] = self.closed.get(closed_by, 0) + 1
 
     def gauges(self) -> dict[str, float]:
-        out = {"batches": float(self.batches), "batched_timers": float(self.timers),
-               BATCH_BIN_WIDTH_GAUGE: float(BATCH_SIZE_BIN)}
+        out = {
+            "batches": float(self.batches),
+            "batched_timers": float(self.timers),
+            BATCH_BIN_WIDTH_GAUGE: float(BATCH_SIZE_BIN),
+        }
         out.update({f"{BATCH_SIZE_BIN_GAUGE}{edge}": float(n) for edge, n in sorted(self.bins.items())})
         out.update({f"{BATCHES_CLOSED_GAUGE}{reason}": float(n) for reason, n in sorted(self.closed.items())})
         return out

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -45,9 +46,9 @@ async def apply_schema(conn: psycopg.AsyncConnection, schema: str, schema_sql: P
     """Create ``schema`` and run every block of ``schema_sql`` in it (idempotent DDL)."""
     await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     for body in load_blocks(schema_sql).values():
-        await conn.execute(sql.SQL(body).format(schema=sql.Identifier(schema), **{
-            k: sql.Literal(v) for k, v in params.items()
-        }))
+        await conn.execute(
+            sql.SQL(body).format(schema=sql.Identifier(schema), **{k: sql.Literal(v) for k, v in params.items()})
+        )
 
 
 async def drop_schema(conn: psycopg.AsyncConnection, schema: str) -> None:
@@ -98,8 +99,13 @@ def storage_options(**defaults: Any) -> dict[str, Any]:
     return {**STORAGE_OPTIONS, **defaults}
 
 
-async def apply_storage(conn: psycopg.AsyncConnection, schema: str, tables: Sequence[str],
-                        options: Mapping[str, Any], fillfactors: Mapping[str, int] | None = None) -> None:
+async def apply_storage(
+    conn: psycopg.AsyncConnection,
+    schema: str,
+    tables: Sequence[str],
+    options: Mapping[str, Any],
+    fillfactors: Mapping[str, int] | None = None,
+) -> None:
     """Set the storage and vacuum knobs of ``options`` on each of ``tables`` (in ``schema``);
     ``fillfactors`` gives a table a page fill of its own (a design's extra knob)."""
     blocks = load_blocks(STORAGE_SQL)

@@ -12,7 +12,7 @@ braces in SQL must be doubled (``'{{}}'``).
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from psycopg import sql
@@ -20,7 +20,7 @@ from psycopg import sql
 _HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_blocks(path: str | Path) -> dict[str, str]:
     text = Path(path).read_text()
     parts = _HEADER.split(text)

@@ -40,8 +40,10 @@ def main() -> None:
     fired = rundir.read_fires(a.run_dir).column("fired_at").to_numpy(zero_copy_only=False)
     fired = fired[~np.isnan(fired)]
     inside = rates(fired, start, end, a.step)
-    print(f"window, per {a.step:g} s: lowest {inside.min():,.0f}/s, mean {inside.mean():,.0f}/s, "
-          f"highest {inside.max():,.0f}/s")
+    print(
+        f"window, per {a.step:g} s: lowest {inside.min():,.0f}/s, mean {inside.mean():,.0f}/s, "
+        f"highest {inside.max():,.0f}/s"
+    )
     after = fired[fired >= end]
     if len(after):
         drain = rates(after, end, float(after.max()) + a.step, a.step)

@@ -58,6 +58,7 @@ SELECT coalesce(sum(heap_blks_hit + heap_blks_read + coalesce(idx_blks_hit, 0) +
  WHERE schemaname = %s AND relname LIKE 'schedule%%'
 """
 
+
 def seconds(text: str) -> float:
     return float(text.removesuffix("s"))
 
@@ -92,8 +93,14 @@ def main() -> int:
         print(f"watching {schema}", flush=True)
         out = open(args.csv, "w", newline="") if args.csv else None
         writer = csv.writer(out) if out else None
-        header = ["epoch_s", "claims", "buffers_per_claim", "rows_per_claim", "schedule_buffers_per_s",
-                  "schedule_dead_tuples"]
+        header = [
+            "epoch_s",
+            "claims",
+            "buffers_per_claim",
+            "rows_per_claim",
+            "schedule_buffers_per_s",
+            "schedule_dead_tuples",
+        ]
         print(*header, sep="\t", flush=True)
         if writer:
             writer.writerow(header)

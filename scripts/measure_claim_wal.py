@@ -41,7 +41,7 @@ async def armed(dsn: str, label: str, opts: dict, backlog: int, future: int, ten
     timers = [Timer(f"t{i}", now - 60 + rnd.random() * 50, tenant_id=f"ten{i % tenants:03d}") for i in range(backlog)]
     timers += [Timer(f"f{i}", now + 600 + rnd.random() * 600, tenant_id=f"ten{i % tenants:03d}") for i in range(future)]
     for i in range(0, len(timers), 5000):
-        await s.arm(timers[i:i + 5000])
+        await s.arm(timers[i : i + 5000])
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
         await c.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(schema, "schedule")))
     return s
@@ -58,16 +58,25 @@ async def measure(dsn: str, label: str, opts: dict, backlog: int, future: int, c
             got += len(await s._claim(statement, "probe", k))
         elapsed = time.perf_counter() - t0
         wal = float((await (await c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (lsn0,))).fetchone())[0])
-    print(f"{label:22s} rows/claim {got / claims:6.0f}  ms/claim {1000 * elapsed / claims:7.1f}  "
-          f"WAL KB/claim {wal / claims / 1024:8.1f}  WAL B/row {wal / max(got, 1):7.0f}", flush=True)
+    print(
+        f"{label:22s} rows/claim {got / claims:6.0f}  ms/claim {1000 * elapsed / claims:7.1f}  "
+        f"WAL KB/claim {wal / claims / 1024:8.1f}  WAL B/row {wal / max(got, 1):7.0f}",
+        flush=True,
+    )
     await s.teardown(drop=True)
 
 
 async def explain(dsn: str, backlog: int, future: int) -> None:
     s = await armed(dsn, "explain", {}, backlog, future)
     (statement,) = s._claim_statements()
-    params = {"limit": s.batch, "max_per_tenant": s.max_per_tenant, "tenant_scan": s.tenant_scan,
-              "overselect": s.overselect, "owner": "probe", "lease_s": s.lease_s}
+    params = {
+        "limit": s.batch,
+        "max_per_tenant": s.max_per_tenant,
+        "tenant_scan": s.tenant_scan,
+        "overselect": s.overselect,
+        "owner": "probe",
+        "lease_s": s.lease_s,
+    }
     async with await psycopg.AsyncConnection.connect(dsn) as c:
         cur = await c.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + statement, params)
         for (line,) in await cur.fetchall():

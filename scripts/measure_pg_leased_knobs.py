@@ -25,8 +25,9 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -130,7 +131,11 @@ def row_bytes(conn: psycopg.Connection, schema: str) -> dict[str, float]:
             chunks = float(chunks) if n else 0.0
         out[f"{table}.toast"] = chunks
         if table == "effects":
-            out[table] = float(conn.execute(sql.SQL("SELECT coalesce(avg(pg_column_size(t.*)), 0) FROM {} t").format(rel)).fetchone()[0])
+            out[table] = float(
+                conn.execute(sql.SQL("SELECT coalesce(avg(pg_column_size(t.*)), 0) FROM {} t").format(rel)).fetchone()[
+                    0
+                ]
+            )
             continue
         rest, state = conn.execute(
             sql.SQL(

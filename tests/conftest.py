@@ -24,7 +24,6 @@ from psycopg import sql
 from harness import stack as stack_mod
 from schedulers.base import StoreContext
 
-
 _RUNNING_AT_START: dict[str, bool] = {}
 
 

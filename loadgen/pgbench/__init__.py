@@ -24,9 +24,10 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).parent
 REARM_SQL = HERE / "rearm.sql"
@@ -65,8 +66,10 @@ def script_text() -> str:
     """One pgbench transaction script: claim (its own transaction, as pg_leased commits the claim
     before any work), then re-arm (a second one, as commit_batch)."""
     rearm = REARM_SQL.read_text().strip()
-    return (f"-- generated from {PG_LEASED_QUERIES.name} (claim_due) and loadgen/pgbench/{REARM_SQL.name}\n"
-            f"{claim_sql()}\n\n{rearm}\n")
+    return (
+        f"-- generated from {PG_LEASED_QUERIES.name} (claim_due) and loadgen/pgbench/{REARM_SQL.name}\n"
+        f"{claim_sql()}\n\n{rearm}\n"
+    )
 
 
 @dataclass
@@ -125,8 +128,14 @@ def _conn_args(dsn: str) -> tuple[list[str], dict[str, str]]:
     from psycopg.conninfo import conninfo_to_dict
 
     info = conninfo_to_dict(dsn)
-    args = ["-h", str(info.get("host") or "127.0.0.1"), "-p", str(info.get("port") or 5432),
-            "-U", str(info.get("user") or "postgres")]
+    args = [
+        "-h",
+        str(info.get("host") or "127.0.0.1"),
+        "-p",
+        str(info.get("port") or 5432),
+        "-U",
+        str(info.get("user") or "postgres"),
+    ]
     env = {}
     if info.get("password"):
         env["PGPASSWORD"] = str(info["password"])
@@ -138,13 +147,23 @@ def parse_output(text: str) -> tuple[float | None, int | None, int | None]:
     tps = _TPS.search(text)
     processed = _PROCESSED.search(text)
     failed = _FAILED.search(text)
-    return (float(tps.group(1)) if tps else None, int(processed.group(1)) if processed else None,
-            int(failed.group(1)) if failed else None)
+    return (
+        float(tps.group(1)) if tps else None,
+        int(processed.group(1)) if processed else None,
+        int(failed.group(1)) if failed else None,
+    )
 
 
-def measure(dsn: str, pgbench: Path | None, out_dir: Path, batches=BATCHES, clients: int = CLIENTS,
-            threads: int = THREADS, duration_s: float = DURATION_S,
-            say: Callable[[str], None] = lambda m: None) -> Ceiling:
+def measure(
+    dsn: str,
+    pgbench: Path | None,
+    out_dir: Path,
+    batches=BATCHES,
+    clients: int = CLIENTS,
+    threads: int = THREADS,
+    duration_s: float = DURATION_S,
+    say: Callable[[str], None] = lambda m: None,
+) -> Ceiling:
     """Run the ceiling at each batch size in ``batches``; never raises for a failed pgbench (the
     reason is in the result). ``out_dir`` receives the script as run."""
     ceiling = Ceiling(clients=clients, threads=threads, duration_s=duration_s)
@@ -153,8 +172,10 @@ def measure(dsn: str, pgbench: Path | None, out_dir: Path, batches=BATCHES, clie
         return ceiling
     ceiling.pgbench = str(pgbench)
     try:
-        ceiling.version = subprocess.run([str(pgbench), "--version"], capture_output=True, text=True,
-                                         timeout=10).stdout.strip() or None
+        ceiling.version = (
+            subprocess.run([str(pgbench), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+            or None
+        )
     except Exception as exc:
         ceiling.skipped = f"pgbench at {pgbench} does not run: {type(exc).__name__}: {exc}"
         return ceiling
@@ -175,10 +196,30 @@ def measure(dsn: str, pgbench: Path | None, out_dir: Path, batches=BATCHES, clie
             ceiling.results.append(result)
             try:
                 before = _prepare(dsn, ceiling.schema, rows)
-                cmd = [str(pgbench), *conn_args[:-1], "-n", "-c", str(clients), "-j", str(threads),
-                       "-T", f"{duration_s:g}", "-f", str(script),
-                       "-D", f"limit={batch}", "-D", "max_per_tenant=20", "-D", "tenant_scan=256", "-D", "overselect=2",
-                       "-D", f"lease_s={LEASE_S:g}", conn_args[-1]]
+                cmd = [
+                    str(pgbench),
+                    *conn_args[:-1],
+                    "-n",
+                    "-c",
+                    str(clients),
+                    "-j",
+                    str(threads),
+                    "-T",
+                    f"{duration_s:g}",
+                    "-f",
+                    str(script),
+                    "-D",
+                    f"limit={batch}",
+                    "-D",
+                    "max_per_tenant=20",
+                    "-D",
+                    "tenant_scan=256",
+                    "-D",
+                    "overselect=2",
+                    "-D",
+                    f"lease_s={LEASE_S:g}",
+                    conn_args[-1],
+                ]
                 ceiling.command = [a for a in cmd]
                 say(f"pgbench ceiling: batch {batch}, {rows:,} rows, {clients} clients, {duration_s:g} s")
                 t0 = time.monotonic()

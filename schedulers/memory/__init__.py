@@ -18,11 +18,22 @@ import heapq
 import itertools
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from schedulers.base import (
-    Capabilities, Fire, Held, Processor, RunLoop, StoreContext, Timer, nap, outcomes_as_polls_finish, resolve_options, us,
+    Capabilities,
+    Fire,
+    Held,
+    Processor,
+    RunLoop,
+    StoreContext,
+    Timer,
+    nap,
+    outcomes_as_polls_finish,
+    resolve_options,
+    us,
 )
 
 
@@ -165,14 +176,17 @@ class MemoryScheduler:
             heapq.heappush(self._leased, (expires, tid, version))
             t = e.timer
             out.append(
-                (Fire(tid, t.tenant_id, t.type, fire_at, e.armed_at, e.attempt, owner, batch_no, e.state, t.priority), version)
+                (
+                    Fire(
+                        tid, t.tenant_id, t.type, fire_at, e.armed_at, e.attempt, owner, batch_no, e.state, t.priority
+                    ),
+                    version,
+                )
             )
         self.claimed_timers += len(out)
         return out
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         owner = worker_id or f"mem-{os.getpid()}-{id(stop):x}"
         batch_no = 0
         # Room counted in fires: a batch gives its rows back as their polls finish and commit,

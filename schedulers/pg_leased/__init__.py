@@ -68,14 +68,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import Counter
 import os
 import socket
 import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
@@ -110,10 +111,10 @@ TOAST_TUPLE_TARGET_MAX = 8160  # the largest Postgres accepts: a 4 kB state stay
 
 
 def _ts(t: float | None) -> datetime | None:
-    return None if t is None else datetime.fromtimestamp(us(t), tz=timezone.utc)
+    return None if t is None else datetime.fromtimestamp(us(t), tz=UTC)
 
 
-def _release(held: Counter[str], items: Sequence["_Claimed"]) -> None:
+def _release(held: Counter[str], items: Sequence[_Claimed]) -> None:
     """Stop heartbeating these rows (counted: a row may be swept and re-claimed by this same
     loop while a stalled batch still holds its older claim)."""
     held.subtract(c.fire.timer_id for c in items)
@@ -131,7 +132,9 @@ class _Claimed:
 
 class PgLeasedScheduler:
     name = "pg_leased"
-    description = "Postgres with SKIP LOCKED claims, per-tenant fairness, heartbeat leases, a sweeper, HOT-friendly state"
+    description = (
+        "Postgres with SKIP LOCKED claims, per-tenant fairness, heartbeat leases, a sweeper, HOT-friendly state"
+    )
     default_options: dict[str, Any] = {
         # seeds/000: "a 100ms tick means up to 100ms of scheduling latency". Seconds; the
         # longest a run loop sleeps when a claim came back empty.
@@ -248,8 +251,10 @@ class PgLeasedScheduler:
         self.skip_unchanged_state = o["skip_unchanged_state"]
         self.commit_per_group = str(o["commit_per_group"]).lower()
         if self.commit_per_group not in COMMIT_PER_GROUP:
-            raise ValueError(f"{self.name}: commit_per_group must be one of {', '.join(COMMIT_PER_GROUP)}, "
-                             f"got {o['commit_per_group']!r}")
+            raise ValueError(
+                f"{self.name}: commit_per_group must be one of {', '.join(COMMIT_PER_GROUP)}, "
+                f"got {o['commit_per_group']!r}"
+            )
         self.capabilities = Capabilities(
             # A due row waits at most one tick for the next claim; the rest is claim, state
             # fetch and queueing behind in-flight batches in normal (not overloaded) operation.
@@ -312,8 +317,13 @@ class PgLeasedScheduler:
         """The storage knobs every Postgres design accepts (schedulers/storage.sql: fillfactor,
         per-table autovacuum) on the two churning tables; the state table keeps its own
         fillfactor (``state_fillfactor_pct``). pg_partitioned calls it once per partition."""
-        await apply_storage(conn, schema, (schedule, state), self.options,
-                            fillfactors={state: int(self.options["state_fillfactor_pct"])})
+        await apply_storage(
+            conn,
+            schema,
+            (schedule, state),
+            self.options,
+            fillfactors={state: int(self.options["state_fillfactor_pct"])},
+        )
 
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.ctx.dsn:
@@ -391,9 +401,7 @@ class PgLeasedScheduler:
 
     # -- the run loop -----------------------------------------------------------------------
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         owner = worker_id or f"pgl-{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         held: Counter[str] = Counter()  # rows this loop holds under lease, for the heartbeat
         batch_no = 0
@@ -425,7 +433,8 @@ class PgLeasedScheduler:
                     continue
                 held.update(c.fire.timer_id for c in claimed)  # Counter: +1 each
                 per_group = self.commit_per_group == "always" or (
-                    self.commit_per_group == "auto" and loop.room.free < loop.room.size // 2)
+                    self.commit_per_group == "auto" and loop.room.free < loop.room.size // 2
+                )
                 loop.start_stream(self._process, processors, claimed, owner, held, per_group, size=len(claimed))
                 if not self._maybe_more(claimed, room):
                     await self._nap(stop)
@@ -483,7 +492,9 @@ class PgLeasedScheduler:
         self.claim_statements += 1
         out = []
         for tid, tenant, type_, prio, due, armed_at, version, attempt in rows:
-            fire = Fire(tid, tenant, type_, us(due.timestamp()), us(armed_at.timestamp()), attempt, owner, batch_no, None, prio)
+            fire = Fire(
+                tid, tenant, type_, us(due.timestamp()), us(armed_at.timestamp()), attempt, owner, batch_no, None, prio
+            )
             out.append(_Claimed(fire, version, due))
         if out:
             self.claims += 1
@@ -524,7 +535,9 @@ class PgLeasedScheduler:
                 if processor is None:
                     # Not ours to run: stop heartbeating so the lease lapses and a loop that
                     # has this type's processor gets it from the sweeper.
-                    log.warning("%s %s: no processor for type %r; %d rows left to lapse", self.name, owner, type_, len(items))
+                    log.warning(
+                        "%s %s: no processor for type %r; %d rows left to lapse", self.name, owner, type_, len(items)
+                    )
                     release(items)
                     continue
                 fires = [c.fire for c in items]

@@ -83,8 +83,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -259,9 +260,7 @@ class PgQueueScheduler:
 
     # -- the scheduler loop ---------------------------------------------------------------
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         owner = worker_id or f"pgq-{os.getpid()}-{id(stop):x}"
         pool = await self._get_pool()
         batch_no = 0
@@ -340,8 +339,10 @@ class PgQueueScheduler:
                         return
                     # The hand-off, with the tick's xid running: vacuum keeps every dead tuple
                     # younger than it until the processor has answered.
-                    polled = [(group, await self._poll(processors, type_, group))
-                              for type_, group in self._by_type(fires).items()]
+                    polled = [
+                        (group, await self._poll(processors, type_, group))
+                        for type_, group in self._by_type(fires).items()
+                    ]
         except BaseException as exc:
             if not claimed.done():  # the claim itself failed: the tick's error, not a batch's
                 claimed.set_exception(exc)
@@ -360,7 +361,9 @@ class PgQueueScheduler:
         return by_type
 
     @staticmethod
-    async def _poll(processors: Mapping[str, Processor], type_: str, group: list[Fire]) -> tuple[Processor, list[Outcome]]:
+    async def _poll(
+        processors: Mapping[str, Processor], type_: str, group: list[Fire]
+    ) -> tuple[Processor, list[Outcome]]:
         processor = processors[type_]
         outcomes = list(await processor.process(group))
         if len(outcomes) != len(group):
@@ -430,11 +433,7 @@ class PgQueueScheduler:
                     cur = await conn.execute(self.q["delete_fired"], {**fence, "ids": ours})
                     carried = {id_: (created, count) for id_, created, count in await cur.fetchall()}
                 # Write 4: INSERT the next-run row, carrying the poll state.
-                nxt = [
-                    (f, o)
-                    for f, o in zip(fires, outcomes)
-                    if f.timer_id in carried and o.next_fire_at is not None
-                ]
+                nxt = [(f, o) for f, o in zip(fires, outcomes) if f.timer_id in carried and o.next_fire_at is not None]
                 if nxt:
                     await conn.execute(
                         self.q["insert_next_run"],

@@ -44,9 +44,10 @@ import os
 import re
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -169,7 +170,10 @@ class TemporalPerTriggerScheduler:
             raise ValueError("temporal_per_trigger needs both a Postgres DSN and a Temporal address")
         if self.pool is None:
             self.pool = await open_pool(
-                self.ctx.dsn, min_size=1, max_size=int(self.options["pool_size"]), name="timerbench-temporal-per-trigger"
+                self.ctx.dsn,
+                min_size=1,
+                max_size=int(self.options["pool_size"]),
+                name="timerbench-temporal-per-trigger",
             )
         if self.client is None:
             self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
@@ -209,8 +213,12 @@ class TemporalPerTriggerScheduler:
             await asyncio.sleep(0.2)
         self.left_running = left
         if left:
-            log.warning("teardown left %d trigger workflows running after %.0f s (inert: no worker polls %s)",
-                        left, float(self.options["terminate_s"]), self.task_queue)
+            log.warning(
+                "teardown left %d trigger workflows running after %.0f s (inert: no worker polls %s)",
+                left,
+                float(self.options["terminate_s"]),
+                self.task_queue,
+            )
 
     async def _terminate(self, ids: list[str], deadline: float) -> int:
         """Terminate ``ids`` until ``deadline``; returns how many were not reached."""
@@ -273,9 +281,7 @@ class TemporalPerTriggerScheduler:
         held = [(tid, sig.version) for (tid, sig), r in zip(sigs, results) if r is None]
         if held and mark_held:
             async with self.pool.connection() as conn:
-                await conn.execute(
-                    self.q["mark_held"], {"ids": [h[0] for h in held], "versions": [h[1] for h in held]}
-                )
+                await conn.execute(self.q["mark_held"], {"ids": [h[0] for h in held], "versions": [h[1] for h in held]})
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
@@ -312,9 +318,7 @@ class TemporalPerTriggerScheduler:
 
     # -- the worker ----------------------------------------------------------------------------
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         from schedulers.temporal_per_trigger.activities import PollActivities
 
         assert self.client is not None, "call setup() first"
@@ -417,11 +421,13 @@ class TemporalPerTriggerScheduler:
         async with self.pool.connection() as conn:
             row = await (await conn.execute(self.q["costs_read"])).fetchone()
         started, completed, signals, activities, cans, fires, stale = row
-        return self._cost_figures(costs.Costs(int(started), int(completed), int(signals), int(activities), int(cans),
-                                              int(fires), int(stale)), float(fires))
+        return self._cost_figures(
+            costs.Costs(int(started), int(completed), int(signals), int(activities), int(cans), int(fires), int(stale)),
+            float(fires),
+        )
 
     @staticmethod
-    def _cost_figures(c: "costs.Costs", claimed: float) -> dict[str, float]:
+    def _cost_figures(c: costs.Costs, claimed: float) -> dict[str, float]:
         fires = c.fires
         out = {
             "workflows_started": float(c.workflows_started),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import psycopg
 from temporalio import activity
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 class PollActivities:
     def __init__(
         self,
-        scheduler: "TemporalPerTriggerScheduler",
+        scheduler: TemporalPerTriggerScheduler,
         processors: Mapping[str, Processor],
         worker_id: str,
         stopping: asyncio.Event,
@@ -75,8 +76,16 @@ class PollActivities:
                 await asyncio.sleep(early_s)
             self.batch_no += 1
             fire = Fire(
-                inp.trigger_id, tenant, type_, due_at, us(armed_at), activity.info().attempt,
-                self.worker_id, self.batch_no, state, prio,
+                inp.trigger_id,
+                tenant,
+                type_,
+                due_at,
+                us(armed_at),
+                activity.info().attempt,
+                self.worker_id,
+                self.batch_no,
+                state,
+                prio,
             )
             costs.count(tq, "fires")
             self.s.claimed_timers += 1  # the poll owns the fire from here; a retry counts again

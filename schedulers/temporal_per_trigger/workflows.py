@@ -20,7 +20,6 @@ latest fire time of an id fires (promise 4).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -118,7 +117,7 @@ class TriggerWorkflow:
                 self.woken = False
                 try:
                     await workflow.wait_condition(lambda: self.woken, timeout=timedelta(seconds=wait_s))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             polled_version = self.version

@@ -47,9 +47,10 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -76,8 +77,8 @@ from schedulers.temporal_shards.workflows import (
     ARMED_QUERY,
     CONTROLLER_WORKFLOW,
     E_ID,
-    SHARD_WORKFLOW,
     PAYLOAD_LIMIT_BYTES,
+    SHARD_WORKFLOW,
     ArmSignal,
     BatchPollerWorkflow,
     ControllerInput,
@@ -119,15 +120,15 @@ def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
             batch, _, lag = rest.partition("/")
             out[type_.strip()] = [float(int(batch)), float(lag)]
         except ValueError:
-            raise ValueError(
-                f"bad timer type option {part!r}; use type=batch/max_lag_s, e.g. callback=50/60"
-            ) from None
+            raise ValueError(f"bad timer type option {part!r}; use type=batch/max_lag_s, e.g. callback=50/60") from None
     return out
 
 
 class TemporalShardsScheduler:
     name = "temporal_shards"
-    description = "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
+    description = (
+        "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
+    )
     default_options: dict[str, Any] = {
         # initial shard count; 0: what the controller would grow to for expected_timers, 60 % of the
         # 5,000-timer cap (seeds/003), so a run starts within the cap (initial_shards). It grows from there
@@ -186,8 +187,9 @@ class TemporalShardsScheduler:
             )
         # The resolved options carry the shard count the run starts with, so config.json says it
         # and nodes given these options start the same ring.
-        o["shards"] = initial_shards(int(o["shards"]), int(o[EXPECTED_TIMERS]), int(o["timer_cap"]),
-                                     float(o["grow_target"]))
+        o["shards"] = initial_shards(
+            int(o["shards"]), int(o[EXPECTED_TIMERS]), int(o["timer_cap"]), float(o["grow_target"])
+        )
         self.skip_unchanged_state = bool(o["skip_unchanged_state"])
         self.per_type = parse_types(o["types"])
         self.lease_s = o["lease_s"]
@@ -404,9 +406,7 @@ class TemporalShardsScheduler:
 
     # -- the worker ----------------------------------------------------------------------------
 
-    async def run(
-        self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None
-    ) -> None:
+    async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         from schedulers.temporal_shards.activities import ShardActivities
 
         assert self.client is not None, "call setup() first"
@@ -487,10 +487,13 @@ class TemporalShardsScheduler:
         if self._view is not None:
             ring, loads, read_at = self._view
             cap = self.options["timer_cap"]
-            out.update(shards=float(ring.n_shards), timers=float(sum(loads)),
-                       utilisation=sum(loads) / (ring.n_shards * cap),
-                       max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
-                       ring_view_age_s=max(0.0, time.time() - read_at))
+            out.update(
+                shards=float(ring.n_shards),
+                timers=float(sum(loads)),
+                utilisation=sum(loads) / (ring.n_shards * cap),
+                max_shard_utilisation=(max(loads) / cap) if loads else 0.0,
+                ring_view_age_s=max(0.0, time.time() - read_at),
+            )
         out.update(self.batch_sizes.gauges())  # in-process counters: the run's batch-size histogram
         return out
 
@@ -501,15 +504,36 @@ class TemporalShardsScheduler:
         async with self.pool.connection() as conn:
             n, grows = await (await conn.execute(self.q["ring_read"])).fetchone()
             rows = await (await conn.execute(self.q["util_read"])).fetchall()
-        out: dict[str, float] = {"shards": float(n), "ring_grows": float(grows),
-                                 "claimed_timers": float(self.claimed_timers)}
+        out: dict[str, float] = {
+            "shards": float(n),
+            "ring_grows": float(grows),
+            "claimed_timers": float(self.claimed_timers),
+        }
         timers = [0] * n
         cans = 0
         max_can = 0
-        payload = {"payload_bytes_max": 0, "max_payload_bytes": 0, "max_can_payload_bytes": 0, "splits": 0,
-                   "can_postponed": 0}
-        for (shard, count, util, hist, can, last_can, max_can_h, p_bytes, max_p_bytes, last_can_p, max_can_p,
-             splits, postponed) in rows:
+        payload = {
+            "payload_bytes_max": 0,
+            "max_payload_bytes": 0,
+            "max_can_payload_bytes": 0,
+            "splits": 0,
+            "can_postponed": 0,
+        }
+        for (
+            shard,
+            count,
+            util,
+            hist,
+            can,
+            last_can,
+            max_can_h,
+            p_bytes,
+            max_p_bytes,
+            last_can_p,
+            max_can_p,
+            splits,
+            postponed,
+        ) in rows:
             if shard < n:
                 timers[shard] = count
             out[f"shard_{shard}_timers"] = float(count)
@@ -576,7 +600,11 @@ class TemporalShardsScheduler:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return []  # a shard no timer was ever placed on has no workflow yet
                 why = f"{exc.status.name}: {exc.message}"
-                if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+                if exc.status not in (
+                    RPCStatusCode.CANCELLED,
+                    RPCStatusCode.DEADLINE_EXCEEDED,
+                    RPCStatusCode.UNAVAILABLE,
+                ):
                     break
             except Exception as exc:  # the query failed or was rejected inside the workflow
                 why = f"{type(exc).__name__}: {exc}"

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import math
 import time
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 class ShardActivities:
     def __init__(
         self,
-        scheduler: "TemporalShardsScheduler",
+        scheduler: TemporalShardsScheduler,
         processors: Mapping[str, Processor],
         worker_id: str,
         stopping: asyncio.Event,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 VNODES = 64  # points per shard on the ring; more points, smoother balance before the bound
 

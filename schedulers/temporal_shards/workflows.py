@@ -44,7 +44,9 @@ ARM_SIGNAL = "arm"
 ARMED_QUERY = "armed"
 KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
 HANDED_FOR_S = 60.0  # the 'armed' query reports a timer handed to a batch poller this long
-PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024  # Temporal's limit.blobSize.error default (seeds/003: "caps that payload at 2 MB")
+PAYLOAD_LIMIT_BYTES = (
+    2 * 1024 * 1024
+)  # Temporal's limit.blobSize.error default (seeds/003: "caps that payload at 2 MB")
 SPLIT_RETRY_S = 1.0  # a shard past the split mark tries to split at most this often (workflow time)
 CLOSED_FULL = "full"  # a batch flushed because it reached its type's batch size
 CLOSED_MAX_LAG = "max_lag"  # a batch flushed because its oldest timer had waited MaxLag (seeds/003)
@@ -275,7 +277,7 @@ class ShardWorkflow:
                     lambda: self.dirty,
                     timeout=None if wake is None else max(0.001, wake - now),
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _should_continue(self, now: float) -> bool:
@@ -299,7 +301,9 @@ class ShardWorkflow:
         self.can_retry_at = now + self.cfg.util_report_s
         workflow.logger.warning(
             "shard %d: Continue-As-New postponed, payload %d bytes over the %d-byte limit after splitting",
-            self.shard, self.payload_bytes, self.cfg.payload_limit_bytes,
+            self.shard,
+            self.payload_bytes,
+            self.cfg.payload_limit_bytes,
         )
 
     # -- the Continue-As-New payload ----------------------------------------------------------
@@ -346,7 +350,10 @@ class ShardWorkflow:
             return
         workflow.logger.info(
             "shard %d: payload %d bytes past the split mark %d; forwarding %d timers to a grown ring",
-            self.shard, self.payload_bytes, self.cfg.split_at_bytes(), len(shed),
+            self.shard,
+            self.payload_bytes,
+            self.cfg.split_at_bytes(),
+            len(shed),
         )
         self.splits += 1
         await self._send_away(shed, grow=True)
@@ -469,8 +476,16 @@ class ShardWorkflow:
         self.splits = self.can_postponed = 0
         await workflow.execute_local_activity(
             "report_util",
-            UtilInput(self.shard, n, n / self.cfg.timer_cap, history_length, continued,
-                      payload_bytes=self.payload_bytes, splits=splits, can_postponed=postponed),
+            UtilInput(
+                self.shard,
+                n,
+                n / self.cfg.timer_cap,
+                history_length,
+                continued,
+                payload_bytes=self.payload_bytes,
+                splits=splits,
+                can_postponed=postponed,
+            ),
             start_to_close_timeout=timedelta(seconds=10),
         )
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
 
 from schedulers.base import Fire, Outcome, Scheduler, Timer, us
 
@@ -89,8 +89,10 @@ class HalfThenHangs(RecordingProcessor):
         positions = list(range(len(fires)))
         half = (len(fires) + 1) // 2
         now = time.time()
-        batch = [Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches), f.batch)
-                 for f in fires]
+        batch = [
+            Received(f.timer_id, f.tenant_id, f.due_at, now, f.worker, f.attempt, len(self.batches), f.batch)
+            for f in fires
+        ]
         self.batches.append(batch)
         self.received.extend(batch)
         self.streamed += half
@@ -130,7 +132,7 @@ class Runner:
             if not task.done():
                 try:
                     await asyncio.wait_for(task, timeout=30)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
+                except (TimeoutError, asyncio.CancelledError):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task

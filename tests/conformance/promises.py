@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
-from typing import Awaitable, Callable
 
 from schedulers.base import Capabilities, Timer, us
 from tests.conformance.helpers import (
@@ -102,7 +102,8 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
         assert ok, f"{len(missing)} of {len(timers)} timers never fired, e.g. {sorted(missing)[:3]}"
         # schedulers.base: every delivery came from a claim, and the backend counts its claims
         assert s.claimed_timers >= len(proc.received), (
-            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: every delivered timer was claimed")
+            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: every delivered timer was claimed"
+        )
         want = {t.id: t.fire_at for t in timers}
         limit = bound_s(s)  # max_lag_s + SLACK_S
         late = [
@@ -223,7 +224,8 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
         assert first - crashed_at >= 0, "redelivered before the crash"
         # schedulers.base: a re-claim after the lease lapsed is a claim too (redelivery shows as claims)
         assert s.claimed_timers >= claimed_once + len(timers), (
-            f"claimed_timers went from {claimed_once} to {s.claimed_timers} while {len(timers)} timers were re-claimed")
+            f"claimed_timers went from {claimed_once} to {s.claimed_timers} while {len(timers)} timers were re-claimed"
+        )
 
 
 @promise()
@@ -311,7 +313,8 @@ async def check_export_armed_holds_what_will_still_fire(factory: Factory) -> Non
         held = at(await s.export_armed())
         for t in due:
             assert t.id in held and abs(held[t.id] - t.fire_at) < 0.001, (
-                f"{t.id} is claimed and in flight, but export_armed does not hold it at its due time")
+                f"{t.id} is claimed and in flight, but export_armed does not hold it at its due time"
+            )
         gate.set()
         keys = {(t.id, us(t.fire_at)) for t in due}
         ok = await wait_until(lambda: keys <= set(proc.delivered), bound_s(s))
@@ -382,7 +385,9 @@ async def check_two_runners_share_one_store(factory: Factory) -> None:
         ok = await wait_until(lambda: (a.ids() | b.ids()) >= {t.id for t in timers}, 1.0 + bound_s(s))
         assert ok, f"{len({t.id for t in timers} - (a.ids() | b.ids()))} timers never fired with two runners"
         both = a.ids() & b.ids()
-        assert not both, f"{len(both)} timers were delivered to both runners in normal operation, e.g. {sorted(both)[:3]}"
+        assert not both, (
+            f"{len(both)} timers were delivered to both runners in normal operation, e.g. {sorted(both)[:3]}"
+        )
 
 
 # -- what migration relies on: export and disarm ----------------------------------------------
@@ -409,7 +414,11 @@ async def check_export_lists_what_will_fire(factory: Factory) -> None:
             f"export_armed lists {sorted(set(got) - set(want))[:3]} that should not be armed and misses "
             f"{sorted(set(want) - set(got))[:3]}"
         )
-        wrong = {k: (round(got[k].fire_at - now), round(v - now)) for k, v in want.items() if abs(got[k].fire_at - v) >= 0.001}
+        wrong = {
+            k: (round(got[k].fire_at - now), round(v - now))
+            for k, v in want.items()
+            if abs(got[k].fire_at - v) >= 0.001
+        }
         assert not wrong, f"export_armed gives fire times other than the latest arm (s from now, got vs want): {wrong}"
         for t in far[1:]:
             e = got[t.id]

@@ -19,7 +19,9 @@ def schema_relations(conn: psycopg.Connection, schema: str) -> dict[int, tuple[s
     """oid -> (name, is_toast) of every table in ``schema`` and of its TOAST table."""
     rows = conn.execute(
         "SELECT c.oid, c.relname, c.reltoastrelid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relkind = 'r'", (schema,)).fetchall()
+        "WHERE n.nspname = %s AND c.relkind = 'r'",
+        (schema,),
+    ).fetchall()
     out: dict[int, tuple[str, bool]] = {}
     for oid, name, toast in rows:
         out[int(oid)] = (name, False)
@@ -37,19 +39,41 @@ def stat_counters(conn: psycopg.Connection, relids: list[int], columns: tuple[st
 
 def write_run_dir(run_dir: Path, measure_start: float, measure_end: float, fired_at: list[float]) -> None:
     """config.json with the window and fires.parquet with one measured fire per ``fired_at``."""
-    rundir.write_json(run_dir / rundir.CONFIG, {
-        "scheduler": "test", "workload": {"name": "test"},
-        "window": {"arm_start": measure_start - 1.0, "measure_start": measure_start, "measure_end": measure_end,
-                   "drain_limit_s": 1.0, "drained_s": 0.0, "undelivered_before": measure_end},
-    })
+    rundir.write_json(
+        run_dir / rundir.CONFIG,
+        {
+            "scheduler": "test",
+            "workload": {"name": "test"},
+            "window": {
+                "arm_start": measure_start - 1.0,
+                "measure_start": measure_start,
+                "measure_end": measure_end,
+                "drain_limit_s": 1.0,
+                "drained_s": 0.0,
+                "undelivered_before": measure_end,
+            },
+        },
+    )
     n = len(fired_at)
-    table = pa.table({
-        "timer_id": [f"t{i}" for i in range(n)], "tenant_id": ["a"] * n, "type": ["poll"] * n,
-        "due_at": fired_at, "armed_at": [measure_start - 1.0] * n, "fired_at": fired_at, "lag_s": [0.0] * n,
-        "attempt": pa.array([1] * n, pa.int32()), "worker": ["w"] * n, "batch": pa.array([0] * n, pa.int64()),
-        "effect_delivered": [False] * n, "warmup": [False] * n, "external_effect": [False] * n,
-        "held_at_end": pa.array([None] * n, pa.bool_()),
-    }, schema=rundir.FIRES_SCHEMA)
+    table = pa.table(
+        {
+            "timer_id": [f"t{i}" for i in range(n)],
+            "tenant_id": ["a"] * n,
+            "type": ["poll"] * n,
+            "due_at": fired_at,
+            "armed_at": [measure_start - 1.0] * n,
+            "fired_at": fired_at,
+            "lag_s": [0.0] * n,
+            "attempt": pa.array([1] * n, pa.int32()),
+            "worker": ["w"] * n,
+            "batch": pa.array([0] * n, pa.int64()),
+            "effect_delivered": [False] * n,
+            "warmup": [False] * n,
+            "external_effect": [False] * n,
+            "held_at_end": pa.array([None] * n, pa.bool_()),
+        },
+        schema=rundir.FIRES_SCHEMA,
+    )
     pq.write_table(table, run_dir / rundir.FIRES)
 
 

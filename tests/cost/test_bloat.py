@@ -29,20 +29,27 @@ async def test_pgstattuple_counts_a_deliberately_bloated_tables_dead_tuples(pg_d
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
             # fixed-width rows, no autovacuum: nothing but this test touches the dead tuples
-            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, pad char(200) NOT NULL) "
-                                 "WITH (autovacuum_enabled = off)").format(table))
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE {} (id int PRIMARY KEY, pad char(200) NOT NULL) WITH (autovacuum_enabled = off)"
+                ).format(table)
+            )
             conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'x' FROM generate_series(1, %s) g").format(table), (ROWS,))
-            row_bytes = conn.execute(sql.SQL("SELECT pg_column_size(t.*) FROM {} t LIMIT 1").format(table)).fetchone()[0]
+            row_bytes = conn.execute(sql.SQL("SELECT pg_column_size(t.*) FROM {} t LIMIT 1").format(table)).fetchone()[
+                0
+            ]
             # an old snapshot held open (the seeds' doom-loop ingredient): page pruning cannot
             # remove the deleted versions, so every one is still a dead tuple taking space
             holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             holder.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
             conn.execute(sql.SQL("DELETE FROM {} WHERE mod(id, 4) = 0").format(table))
-            pages = conn.execute("SELECT pg_relation_size(%s::regclass) / 8192",
-                                 (f'"{schema}"."triggers"',)).fetchone()[0]
+            pages = conn.execute(
+                "SELECT pg_relation_size(%s::regclass) / 8192", (f'"{schema}"."triggers"',)
+            ).fetchone()[0]
         await settle()  # the closed connection's counters reach the statistics
-        sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path,
-                          extensions=usable, every_s=0)
+        sampler = Sampler(
+            OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path, extensions=usable, every_s=0
+        )
         await sampler.open()
         await sampler.bloat()
         await sampler.close()
@@ -66,16 +73,20 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     # keep them for up to 10 s), so they are in the statistics before the reset below
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, pad char(200) NOT NULL) "
-                             "WITH (autovacuum_enabled = off)").format(table))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (id int PRIMARY KEY, pad char(200) NOT NULL) WITH (autovacuum_enabled = off)"
+            ).format(table)
+        )
         conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'x' FROM generate_series(1, %s) g").format(table), (ROWS,))
         conn.execute(sql.SQL("DELETE FROM {} WHERE id <= %s").format(table), (DELETED,))
     await settle()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         # the statistics forget the table's counters; its pages still hold the dead tuples
         conn.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)", (f'"{schema}"."triggers"',))
-    sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path,
-                      extensions=usable, every_s=0)
+    sampler = Sampler(
+        OneTable(schema), FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path, extensions=usable, every_s=0
+    )
     await sampler.open()
     await sampler.bloat()
     await sampler.close()
@@ -83,4 +94,7 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     s = rundir.compute_summary(tmp_path)
     assert s["bloat"]["disagree"] == [f"{schema}.triggers"]
     assert s["bloat"]["dead_tuples_exact"] == DELETED and s["bloat"]["n_dead_tup"] == 0
-    assert any(w.startswith(f"dead tuples of {schema}.triggers at the end: pgstattuple counts 500") for w in s["measurement_notes"])
+    assert any(
+        w.startswith(f"dead tuples of {schema}.triggers at the end: pgstattuple counts 500")
+        for w in s["measurement_notes"]
+    )

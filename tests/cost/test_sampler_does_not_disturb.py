@@ -25,8 +25,9 @@ async def scans_while_sampling(scheduler, ctx, tmp_path) -> dict[str, dict[str, 
     """Arm 300 timers far ahead (no run loop), then sample for two seconds and at both window
     edges; the scans of the schema's tables meanwhile, by table."""
     usable = {n: e.schema for n, e in (await asyncio.to_thread(extensions, ctx.dsn)).items() if e.usable}
-    sampler = Sampler(scheduler, FireRecorder(tmp_path / "segments", 0, 0), ctx.dsn, tmp_path,
-                      extensions=usable, every_s=0.2)
+    sampler = Sampler(
+        scheduler, FireRecorder(tmp_path / "segments", 0, 0), ctx.dsn, tmp_path, extensions=usable, every_s=0.2
+    )
     await scheduler.arm([Timer(f"d-{i}", time.time() + 3600, "poll", f"t{i % 4}") for i in range(300)])
     await settle()
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
@@ -45,8 +46,11 @@ async def scans_while_sampling(scheduler, ctx, tmp_path) -> dict[str, dict[str, 
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         after = stat_counters(conn, list(rels), SCANS)
     assert sum(1 for c in sampler.cols["scope"] if c.startswith(ctx.schema)) > 0  # it did sample the tables
-    return {rels[oid][0]: {c: after[oid][c] - before[oid][c] for c in SCANS}
-            for oid in rels if any(after[oid][c] != before[oid][c] for c in SCANS)}
+    return {
+        rels[oid][0]: {c: after[oid][c] - before[oid][c] for c in SCANS}
+        for oid in rels
+        if any(after[oid][c] != before[oid][c] for c in SCANS)
+    }
 
 
 @pytest.mark.parametrize("name", PG_DESIGNS)
@@ -78,8 +82,9 @@ class CountingStats:
         with psycopg.connect(self.inner.ctx.dsn, autocommit=True) as conn:
             for table in self.inner.relations():
                 schema, name = table.split(".")
-                out[name] = float(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                    sql.Identifier(schema, name))).fetchone()[0])
+                out[name] = float(
+                    conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, name))).fetchone()[0]
+                )
         return out
 
 

@@ -10,14 +10,22 @@ from schedulers.base import REGISTRY, create, scheduler_class
 from schedulers.pg import STORAGE_OPTIONS
 
 PG_DESIGNS = sorted(n for n in REGISTRY if getattr(scheduler_class(n), "needs_postgres", False))
-TUNED = {"fillfactor_pct": 70, "autovacuum_tuned": True, "autovacuum_scale_factor": 0.05,
-         "autovacuum_threshold_rows": 321, "autovacuum_cost_delay_ms": 1}
+TUNED = {
+    "fillfactor_pct": 70,
+    "autovacuum_tuned": True,
+    "autovacuum_scale_factor": 0.05,
+    "autovacuum_threshold_rows": 321,
+    "autovacuum_cost_delay_ms": 1,
+}
 
 
 def reloptions(dsn: str, schema: str) -> dict[str, dict[str, str]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                            "WHERE n.nspname = %s AND c.relkind = 'r'", (schema,)).fetchall()
+        rows = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r'",
+            (schema,),
+        ).fetchall()
     return {name: dict(o.split("=", 1) for o in (opts or [])) for name, opts in rows}
 
 

@@ -26,8 +26,10 @@ def metrics_url() -> str:
     if url:
         return url
     if os.environ.get("TIMERBENCH_TEMPORAL"):
-        pytest.skip("TIMERBENCH_TEMPORAL points at a server of the user's; set TIMERBENCH_TEMPORAL_METRICS to its "
-                    "Prometheus endpoint to run this test there")
+        pytest.skip(
+            "TIMERBENCH_TEMPORAL points at a server of the user's; set TIMERBENCH_TEMPORAL_METRICS to its "
+            "Prometheus endpoint to run this test there"
+        )
     url = stack.temporal().metrics_url()
     assert url, "the embedded Temporal dev server runs without a metrics port"
     return url
@@ -38,7 +40,9 @@ def persistence_total(text: str) -> float:
     total = 0.0
     for family in text_string_to_metric_families(text):
         if family.name == "persistence_requests":
-            total += sum(s.value for s in family.samples if s.name in ("persistence_requests", "persistence_requests_total"))
+            total += sum(
+                s.value for s in family.samples if s.name in ("persistence_requests", "persistence_requests_total")
+            )
     return total
 
 
@@ -54,8 +58,14 @@ async def test_temporal_persistence_requests_rise_with_the_fire_count(make_ctx, 
     await s.setup()
     runner = Runner(s)
     proc = RecordingProcessor()
-    sampler = Sampler(s, FireRecorder(tmp_path / "segments", 0, 0), None, tmp_path, every_s=0,
-                      servers=[ServerWatch("temporal", metrics_url=url)])
+    sampler = Sampler(
+        s,
+        FireRecorder(tmp_path / "segments", 0, 0),
+        None,
+        tmp_path,
+        every_s=0,
+        servers=[ServerWatch("temporal", metrics_url=url)],
+    )
     scope = server_scope("temporal")
     requests = []
     try:

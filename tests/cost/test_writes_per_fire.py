@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import psycopg
 import pytest
@@ -35,8 +35,10 @@ class Rearming:
     async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
         now = time.time()
         self.received.extend([now] * len(fires))
-        return [Outcome(next_fire_at=now + 3600, new_state=os.urandom(STATE_BYTES), effect=i % 2 == 0)
-                for i, _ in enumerate(fires)]
+        return [
+            Outcome(next_fire_at=now + 3600, new_state=os.urandom(STATE_BYTES), effect=i % 2 == 0)
+            for i, _ in enumerate(fires)
+        ]
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
         self.n_committed += len(fires)
@@ -47,15 +49,17 @@ async def test_writes_per_fire_equal_the_tests_own_pg_stat_deltas(pg_dsn, schema
     # pg_queue: four heap writes and TOAST chunk writes per fire (seeds/003), the design whose
     # TOAST writes the old figure left out
     cls = scheduler_class("pg_queue")
-    scheduler = create("pg_queue", StoreContext(dsn=pg_dsn, schema=schema, state_bytes=STATE_BYTES),
-                       **cls.conformance_options)
+    scheduler = create(
+        "pg_queue", StoreContext(dsn=pg_dsn, schema=schema, state_bytes=STATE_BYTES), **cls.conformance_options
+    )
     await scheduler.setup()
     proc = Rearming()
     stop = asyncio.Event()
     task = asyncio.create_task(scheduler.run({"poll": proc}, stop, worker_id="w"))
     usable = {n: e.schema for n, e in (await asyncio.to_thread(extensions, pg_dsn)).items() if e.usable}
-    sampler = Sampler(scheduler, FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path, extensions=usable,
-                      every_s=0)
+    sampler = Sampler(
+        scheduler, FireRecorder(tmp_path / "segments", 0, 0), pg_dsn, tmp_path, extensions=usable, every_s=0
+    )
     try:
         await sampler.open()
         due = time.time() + 3.0

@@ -11,8 +11,7 @@ import pandas as pd
 
 def due_keys(f: pd.DataFrame) -> pd.DataFrame:
     """One row per (timer_id, due_at): the first delivery, or the undelivered row."""
-    d = f.assign(due_us=(f["due_at"] * 1e6).round().astype("int64"),
-                 due_eff=np.maximum(f["due_at"], f["armed_at"]))
+    d = f.assign(due_us=(f["due_at"] * 1e6).round().astype("int64"), due_eff=np.maximum(f["due_at"], f["armed_at"]))
     return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
 
 

@@ -33,8 +33,13 @@ def run_registered(name: str, target: str, args: list[str], out: Path, timeout: 
         f"b.REGISTRY[{name!r}] = {target!r}; "
         "from bench.cli import main; main(sys.argv[1:])"
     )
-    res = subprocess.run([sys.executable, "-c", script, "run", "--scheduler", name, *args, "--out", str(out)],
-                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-c", script, "run", "--scheduler", name, *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     dirs = [p for p in out.iterdir() if p.is_dir()]
     assert len(dirs) == 1, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = dirs[0]
@@ -48,9 +53,12 @@ def run_registered(name: str, target: str, args: list[str], out: Path, timeout: 
 def test_a_scheduler_that_delays_every_fire_makes_every_due_fire_late_by_that_much(cadence, tmp_path):
     # smoke: 150 fires/s, 6-12 s intervals; the default warm-up (12 s, one maximum interval) lets
     # every trigger re-arm once, so the window sees the cadence at work
-    res, cfg, s, f = run_registered("delays_every_fire", "tests.e2e.delaying:DelaysEveryFire",
-                                    ["--workload", "smoke", "--duration", "10s", "--on-time", "1s",
-                                     "--cadence", cadence], tmp_path)
+    res, cfg, s, f = run_registered(
+        "delays_every_fire",
+        "tests.e2e.delaying:DelaysEveryFire",
+        ["--workload", "smoke", "--duration", "10s", "--on-time", "1s", "--cadence", cadence],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     check_summary(s, f, cfg)
     o = s["outcomes"]
@@ -73,8 +81,12 @@ def test_a_scheduler_that_delays_every_fire_makes_every_due_fire_late_by_that_mu
 
 
 def test_a_scheduler_that_drops_one_percent_of_its_timers_loses_them_and_fails(tmp_path):
-    res, cfg, s, f = run_registered("drops_one_percent", "tests.e2e.dropping:DropsOnePercent",
-                                    ["--workload", "smoke", "--duration", "8s", "--warmup", "4s"], tmp_path)
+    res, cfg, s, f = run_registered(
+        "drops_one_percent",
+        "tests.e2e.dropping:DropsOnePercent",
+        ["--workload", "smoke", "--duration", "8s", "--warmup", "4s"],
+        tmp_path,
+    )
     assert res.returncode == EXIT_INCORRECT, res.stdout[-3000:] + res.stderr[-3000:]
     assert "FAILED its correctness promise" in res.stdout
     check_summary(s, f, cfg)

@@ -104,71 +104,135 @@ CASES = [
     ("YAML a directory", [*RUN, "--workload", "."], "not a file"),
     ("unknown preset", [*RUN, "--workload", "nosuch"], "presets"),
     # each option's malformed forms
-    *[(f"--rate {v}", [*RUN, "--rate", v], "--rate") for v in ("nan", "inf", "0", "-3/s", "fast", "5/fortnight", "1e999")],
+    *[
+        (f"--rate {v}", [*RUN, "--rate", v], "--rate")
+        for v in ("nan", "inf", "0", "-3/s", "fast", "5/fortnight", "1e999")
+    ],
     *[(f"--triggers {v}", [*RUN, "--triggers", v], "--triggers") for v in ("0", "-1", "abc", "1.5", "nan", "inf")],
     ("--triggers beyond memory", [*RUN, "--triggers", "1e13"], "memory"),
     ("--rate and --triggers", [*RUN, "--rate", "10", "--triggers", "10"], "not both"),
-    *[(f"--interval {v}", [*RUN, "--interval", v], "--interval")
-      for v in ("0s..5s", "10s..5s", "nan..5s", "5s..inf", "abc", "-1s..2s")],
+    *[
+        (f"--interval {v}", [*RUN, "--interval", v], "--interval")
+        for v in ("0s..5s", "10s..5s", "nan..5s", "5s..inf", "abc", "-1s..2s")
+    ],
     *[(f"--tenants {v}", [*RUN, "--tenants", v], "--tenants") for v in ("0", "-2", "abc", "1e9")],
     *[(f"--tenant-skew {v}", [*RUN, "--tenant-skew", v], "--tenant-skew") for v in ("-1", "nan", "inf", "abc")],
     *[(f"--state-size {v}", [*RUN, "--state-size", v], "--state-size") for v in ("-1", "abc", "1e9", "nan")],
     *[(f"--duration {v}", [*RUN, "--duration", v], "--duration") for v in ("0", "-5s", "nan", "inf", "abc", "1e400")],
     *[(f"--warmup {v}", [*RUN, "--warmup", v], "--warmup") for v in ("-1s", "nan", "soon")],
     *[(f"--seed {v}", [*RUN, "--seed", v], "--seed") for v in ("-1", "1.5", "abc", "nan")],
-    *[(f"--opt {v}", [*RUN, "--opt", v], "scheduler option") for v in ("lease_s", "nope=1", "lease_s=abc",
-                                                                          "lease_s=nan", "lease_s=inf",
-                                                                          "split_state=maybe", "batch=1.5")],
+    *[
+        (f"--opt {v}", [*RUN, "--opt", v], "scheduler option")
+        for v in ("lease_s", "nope=1", "lease_s=abc", "lease_s=nan", "lease_s=inf", "split_state=maybe", "batch=1.5")
+    ],
     *[(f"--nodes {v}", [*RUN, "--nodes", v], "--nodes") for v in ("0", "-1", "x")],
     ("--nodes on an in-process store", ["run", "--scheduler", "memory", "--nodes", "2", "--out", "runs"], "--nodes"),
     *[(f"--arm-load {v}", [*RUN, "--arm-load", v], "--arm-load") for v in ("nan", "0", "fast")],
-    *[(f"--fault {v}", [*RUN, "--fault", v], "--fault")
-      for v in ("boom@1s", "kill-worker", "kill-worker@nan", "kill-worker@inf", "pause-worker@1s",
-                "pause-worker@1s:0s", "slow-provider@1s:5s", "hold-snapshot@1s:-2s")],
+    *[
+        (f"--fault {v}", [*RUN, "--fault", v], "--fault")
+        for v in (
+            "boom@1s",
+            "kill-worker",
+            "kill-worker@nan",
+            "kill-worker@inf",
+            "pause-worker@1s",
+            "pause-worker@1s:0s",
+            "slow-provider@1s:5s",
+            "hold-snapshot@1s:-2s",
+        )
+    ],
     ("--out is a file", ["run", "--scheduler", "pg_leased", "--out", "ok.csv"], "--out"),
     ("--out under a file", ["run", "--scheduler", "pg_leased", "--out", "ok.csv/runs"], "--out"),
     ("unknown scheduler", ["run", "--scheduler", "nosuch", "--out", "runs"], "nosuch"),
     ("unknown option", [*RUN, "--colour", "red"], "--colour"),
     # the other commands, where they take the same inputs
-    ("compare trace NaN", ["compare", "--schedulers", "pg_leased", "--trace", "nan.csv", "--out", "runs"],
-     "nan.csv line 2, field interval_s"),
+    (
+        "compare trace NaN",
+        ["compare", "--schedulers", "pg_leased", "--trace", "nan.csv", "--out", "runs"],
+        "nan.csv line 2, field interval_s",
+    ),
     ("compare YAML list", ["compare", "--workload", "list.yaml", "--out", "runs"], "list.yaml line 1"),
     ("compare --seed", ["compare", "--seed", "abc", "--out", "runs"], "--seed"),
     ("compare --opt NaN", ["compare", "--schedulers", "pg_leased", "--opt", "lease_s=nan", "--out", "runs"], "lease_s"),
     ("compare --fault", ["compare", "--schedulers", "pg_leased", "--fault", "boom@1s", "--out", "runs"], "--fault"),
     ("compare unknown scheduler", ["compare", "--schedulers", "pg_leased,nosuch", "--out", "runs"], "nosuch"),
-    ("compare report is a directory", ["compare", "--schedulers", "pg_leased", "-o", ".", "--out", "runs"], "directory"),
+    (
+        "compare report is a directory",
+        ["compare", "--schedulers", "pg_leased", "-o", ".", "--out", "runs"],
+        "directory",
+    ),
     ("calibrate --rate", ["calibrate", "--rate", "fast", "--out", "runs"], "--rate"),
     ("calibrate --duration", ["calibrate", "--duration", "nan", "--out", "runs"], "--duration"),
     ("calibrate YAML list", ["calibrate", "--workload", "list.yaml", "--out", "runs"], "list.yaml line 1"),
     ("calibrate --factor", ["calibrate", "--factor", "0.5", "--out", "runs"], "--factor"),
-    ("run --calibrates a backend", ["run", "--scheduler", "pg_leased", "--calibrates", "500", "--out", "runs"],
-     "bench calibrate"),
+    (
+        "run --calibrates a backend",
+        ["run", "--scheduler", "pg_leased", "--calibrates", "500", "--out", "runs"],
+        "bench calibrate",
+    ),
     ("sweep --rates NaN", ["sweep", "--scheduler", "memory", "--rates", "10,nan", "--out", "runs"], "--rates"),
     ("sweep --rates empty", ["sweep", "--scheduler", "memory", "--rates", ",", "--out", "runs"], "--rates"),
     ("sweep --slo-p99", ["sweep", "--scheduler", "memory", "--slo-p99", "nan", "--out", "runs"], "--slo-p99"),
     ("sweep --duration", ["sweep", "--scheduler", "memory", "--duration", "nan", "--out", "runs"], "--duration"),
-    ("sweep YAML unknown field", ["sweep", "--scheduler", "memory", "--workload", "unknown.yaml", "--out", "runs"],
-     "field colour"),
+    (
+        "sweep YAML unknown field",
+        ["sweep", "--scheduler", "memory", "--workload", "unknown.yaml", "--out", "runs"],
+        "field colour",
+    ),
     ("sweep --interval", ["sweep", "--scheduler", "memory", "--interval", "0s..1s", "--out", "runs"], "--interval"),
     ("sweep --seed", ["sweep", "--scheduler", "memory", "--seed", "x", "--out", "runs"], "--seed"),
     ("sweep --retries", ["sweep", "--scheduler", "memory", "--retries", "9", "--out", "runs"], "--retries"),
-    ("migrate YAML list", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--workload", "list.yaml",
-                           "--out", "runs"], "list.yaml line 1"),
-    ("migrate trace duplicate", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--workload",
-                                 "trace-nan.yaml", "--out", "runs"], "nan.csv line 2"),
-    ("migrate --rate", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--rate", "nan",
-                        "--out", "runs"], "--rate"),
-    ("migrate --tolerance", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--tolerance", "nan",
-                             "--out", "runs"], "--tolerance"),
-    ("migrate --tolerance 0", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--tolerance", "0s",
-                               "--out", "runs"], "--tolerance"),
-    ("migrate --switch-at", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--switch-at", "9h",
-                             "--out", "runs"], "--switch-at"),
-    ("migrate --max-extra", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--max-extra", "nan",
-                             "--out", "runs"], "--max-extra"),
-    ("migrate --opt-to", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--opt-to", "x=1",
-                          "--out", "runs"], "x=1"),
+    (
+        "migrate YAML list",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--workload", "list.yaml", "--out", "runs"],
+        "list.yaml line 1",
+    ),
+    (
+        "migrate trace duplicate",
+        [
+            "migrate",
+            "dry-run",
+            "--from",
+            "pg_leased",
+            "--to",
+            "pg_queue",
+            "--workload",
+            "trace-nan.yaml",
+            "--out",
+            "runs",
+        ],
+        "nan.csv line 2",
+    ),
+    (
+        "migrate --rate",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--rate", "nan", "--out", "runs"],
+        "--rate",
+    ),
+    (
+        "migrate --tolerance",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--tolerance", "nan", "--out", "runs"],
+        "--tolerance",
+    ),
+    (
+        "migrate --tolerance 0",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--tolerance", "0s", "--out", "runs"],
+        "--tolerance",
+    ),
+    (
+        "migrate --switch-at",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--switch-at", "9h", "--out", "runs"],
+        "--switch-at",
+    ),
+    (
+        "migrate --max-extra",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--max-extra", "nan", "--out", "runs"],
+        "--max-extra",
+    ),
+    (
+        "migrate --opt-to",
+        ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--opt-to", "x=1", "--out", "runs"],
+        "x=1",
+    ),
     ("migrate --out", ["migrate", "dry-run", "--from", "pg_leased", "--to", "pg_queue", "--out", "ok.csv"], "--out"),
     ("serve YAML unknown field", ["serve", "--scheduler", "pg_leased", "--workload", "unknown.yaml"], "field colour"),
     ("serve trace", ["serve", "--scheduler", "pg_leased", "--workload", "trace-nan.yaml"], "nan.csv line 2"),
@@ -177,8 +241,11 @@ CASES = [
     ("serve --schema long", ["serve", "--scheduler", "pg_leased", "--schema", "s" * 64], "--schema"),
     ("serve --worker-id", ["serve", "--scheduler", "pg_leased", "--worker-id", "a/b"], "--worker-id"),
     ("serve --record is a file", ["serve", "--scheduler", "pg_leased", "--record", "ok.csv"], "--record"),
-    ("serve non-loopback without a token", ["serve", "--scheduler", "pg_leased", "--host", "0.0.0.0"],
-     "--allow-unauthenticated"),
+    (
+        "serve non-loopback without a token",
+        ["serve", "--scheduler", "pg_leased", "--host", "0.0.0.0"],
+        "--allow-unauthenticated",
+    ),
     ("serve --opt", ["serve", "--scheduler", "pg_leased", "--opt", "lease_s=inf"], "lease_s"),
 ]
 
@@ -212,12 +279,15 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(what, args, names, inp
     assert _entries(inputs_dir) == before  # no run directory, no runs/, nothing
 
 
-@pytest.mark.parametrize("args, names", [
-    ([*RUN, "--trace", "nan.csv"], "nan.csv line 2, field interval_s"),
-    ([*RUN, "--workload", "list.yaml"], "list.yaml line 1: must be a mapping"),
-    ([*RUN, "--trace", "not-utf8.csv"], "not-utf8.csv line 2: not UTF-8"),
-    (["serve", "--scheduler", "pg_leased", "--host", "0.0.0.0", "--port", "0"], "--allow-unauthenticated"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        ([*RUN, "--trace", "nan.csv"], "nan.csv line 2, field interval_s"),
+        ([*RUN, "--workload", "list.yaml"], "list.yaml line 1: must be a mapping"),
+        ([*RUN, "--trace", "not-utf8.csv"], "not-utf8.csv line 2: not UTF-8"),
+        (["serve", "--scheduler", "pg_leased", "--host", "0.0.0.0", "--port", "0"], "--allow-unauthenticated"),
+    ],
+)
 def test_the_real_command_says_the_same_in_one_line(bench, args, names, inputs_dir):
     before = _entries(inputs_dir)
     res = bench(*args, timeout=60, cwd=inputs_dir)

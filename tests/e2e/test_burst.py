@@ -37,10 +37,32 @@ def burst_trace(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("scheduler", ["pg_leased", "pg_queue"])
 def test_a_single_tenant_burst_is_late_or_pending_never_lost(scheduler, burst_trace, tmp_path, pg_dsn):
     res = subprocess.run(
-        [BENCH, "run", "--scheduler", scheduler, "--workload", "ceiling", "--trace", str(burst_trace),
-         "--state-size", "64", "--warmup", "1s", "--duration", "6s", "--drain-limit", "15s", "--on-time", "1s",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600)
+        [
+            BENCH,
+            "run",
+            "--scheduler",
+            scheduler,
+            "--workload",
+            "ceiling",
+            "--trace",
+            str(burst_trace),
+            "--state-size",
+            "64",
+            "--warmup",
+            "1s",
+            "--duration",
+            "6s",
+            "--drain-limit",
+            "15s",
+            "--on-time",
+            "1s",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     cfg = json.loads((run_dir / "config.json").read_text())
@@ -49,8 +71,10 @@ def test_a_single_tenant_burst_is_late_or_pending_never_lost(scheduler, burst_tr
     check_summary(s, f, cfg)
     o = s["outcomes"]
     # every timer of the burst became due in the window (and a few provider-error retries after them)
-    due_in_window = f[(f["due_at"].combine(f["armed_at"], max) >= cfg["window"]["measure_start"])
-                      & (f["due_at"].combine(f["armed_at"], max) < cfg["window"]["measure_end"])]
+    due_in_window = f[
+        (f["due_at"].combine(f["armed_at"], max) >= cfg["window"]["measure_start"])
+        & (f["due_at"].combine(f["armed_at"], max) < cfg["window"]["measure_end"])
+    ]
     assert due_in_window["timer_id"].nunique() == BURST and o["due"] >= BURST
     assert o["lost"] == 0 and s["lost_in_warmup"] == 0 and s["correct"] is True
     assert o["late"] + o["pending"] > 0  # the backlog shows, as lateness and a pending remainder

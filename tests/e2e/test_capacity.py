@@ -12,8 +12,21 @@ SHORT = ["--duration", "4s", "--warmup", "2s", "--interval", "2s..4s", "--no-pgb
 
 
 def test_a_short_search_on_memory_records_every_step_and_reports_it(bench, tmp_path):
-    res = bench("capacity", "--scheduler", "memory", "--start", "100/s", "--max-rate", "200/s", "--max-steps", "3",
-                "--out", str(tmp_path), *SHORT, timeout=240)
+    res = bench(
+        "capacity",
+        "--scheduler",
+        "memory",
+        "--start",
+        "100/s",
+        "--max-rate",
+        "200/s",
+        "--max-steps",
+        "3",
+        "--out",
+        str(tmp_path),
+        *SHORT,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     (cap_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("capacity-")]
     data = json.loads((cap_dir / "capacity.json").read_text())

@@ -23,7 +23,9 @@ def test_a_database_without_the_extensions_gets_not_available_and_why(bench, pg_
     try:
         dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname=bare)
         why = {name: e.missing for name, e in extensions(dsn).items()}
-        proc = bench("run", "--scheduler", "pg_queue", *SHORT, "--dsn", dsn, "--out", str(tmp_path / "runs"), timeout=300)
+        proc = bench(
+            "run", "--scheduler", "pg_queue", *SHORT, "--dsn", dsn, "--out", str(tmp_path / "runs"), timeout=300
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         run_dir = next((tmp_path / "runs").iterdir())
         s = rundir.read_summary(run_dir)
@@ -39,7 +41,9 @@ def test_a_database_without_the_extensions_gets_not_available_and_why(bench, pg_
         assert proc.returncode == 0, proc.stderr
         text = html.read_text()
         for row in ("dead_exact", "statement_ms_per_fire"):
-            assert re.search(f'data-row="{row}" data-run="pg_queue" data-value="" title="[^"]+">not available', text), row
+            assert re.search(f'data-row="{row}" data-run="pg_queue" data-value="" title="[^"]+">not available', text), (
+                row
+            )
         assert f"is not created in database {bare}" in text  # the reason, under the table and in Table 3
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -48,12 +52,26 @@ def test_a_database_without_the_extensions_gets_not_available_and_why(bench, pg_
 
 def test_compare_tuned_control_separates_tuning_from_design(bench, tmp_path):
     html = tmp_path / "r.html"
-    proc = bench("compare", "--schedulers", "pg_queue,pg_leased", "--tuned-control", *SHORT, "--no-calibrate",
-                 "--out", str(tmp_path / "runs"), "-o", str(html), timeout=600)
+    proc = bench(
+        "compare",
+        "--schedulers",
+        "pg_queue,pg_leased",
+        "--tuned-control",
+        *SHORT,
+        "--no-calibrate",
+        "--out",
+        str(tmp_path / "runs"),
+        "-o",
+        str(html),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((tmp_path / "runs").iterdir())
-    configs = {(rundir.read_config(d).get("label") or rundir.read_config(d)["scheduler"]): rundir.read_config(d)
-               for d in runs if d.is_dir()}
+    configs = {
+        (rundir.read_config(d).get("label") or rundir.read_config(d)["scheduler"]): rundir.read_config(d)
+        for d in runs
+        if d.is_dir()
+    }
     assert set(configs) == {"pg_queue", "pg_queue, tuned", "pg_leased"}
     tuned, leased, plain = configs["pg_queue, tuned"], configs["pg_leased"], configs["pg_queue"]
     assert tuned["scheduler"] == "pg_queue" and tuned["options"]["autovacuum_tuned"] is True

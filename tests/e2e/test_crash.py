@@ -30,8 +30,17 @@ LONG = ["--workload", "smoke", "--duration", "60s", "--warmup", "1s"]  # killed 
 
 def start(bench, out: Path, *args: str) -> subprocess.Popen:
     log = open(out.parent / f"{out.name}.log", "w")
-    return bench.popen("run", "--scheduler", "pg_leased", "--out", str(out), *args, stdout=log,
-                       stderr=subprocess.STDOUT, start_new_session=True)
+    return bench.popen(
+        "run",
+        "--scheduler",
+        "pg_leased",
+        "--out",
+        str(out),
+        *args,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def wait_until(what: str, check, proc: subprocess.Popen | None = None, timeout_s: float = 120.0):
@@ -93,8 +102,15 @@ def kill_and_check(bench, proc: subprocess.Popen, run_dir: Path, segment_dir: Pa
     # not judged: the run never compared its arms with its fires, nor asked the backend what it holds
     assert summary["outcomes"]["lost"] is None and summary["outcomes"]["pending"] is None
 
-    res = bench("report", str(run_dir), "-o", str(run_dir.parent / "r.html"), "--markdown",
-                str(run_dir.parent / "r.md"), timeout=120)
+    res = bench(
+        "report",
+        str(run_dir),
+        "-o",
+        str(run_dir.parent / "r.html"),
+        "--markdown",
+        str(run_dir.parent / "r.md"),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     md = (run_dir.parent / "r.md").read_text()
     assert "interrupted at T+" in md and "corrupt" not in md.lower() and "unreadable" not in md
@@ -122,11 +138,14 @@ def test_sigkill_with_nodes_keeps_every_closed_segment_and_stops_the_nodes(bench
     try:
         run_dir = wait_until("a run directory", lambda: the_run_dir(out), proc)
         nodes = run_dir / rundir.NODES_DIR
-        wait_until("two closed segments per node",
-                   lambda: all(len(v) >= 2 for v in rundir.fire_segments(nodes).values())
-                   and len(rundir.fire_segments(nodes)) == 2, proc)
-        wait_until("a closed samples segment",
-                   lambda: rundir.samples_segments(run_dir / rundir.SEGMENTS_DIR), proc)
+        wait_until(
+            "two closed segments per node",
+            lambda: (
+                all(len(v) >= 2 for v in rundir.fire_segments(nodes).values()) and len(rundir.fire_segments(nodes)) == 2
+            ),
+            proc,
+        )
+        wait_until("a closed samples segment", lambda: rundir.samples_segments(run_dir / rundir.SEGMENTS_DIR), proc)
         kill_and_check(bench, proc, run_dir, nodes)
         assert rundir.read_samples(run_dir).num_rows > 0  # the run process's own records survive too
         for meta in nodes.glob("node-*.json"):  # the nodes stopped gracefully once the run was gone
@@ -157,11 +176,16 @@ def test_gc_drops_what_an_interrupted_run_left_and_nothing_else(bench, tmp_path,
     import asyncio
 
     asyncio.run(schemas.mark_kept(pg_dsn, kept))
-    live = start(bench, tmp_path / "b", "--workload", "smoke", "--duration", "25s", "--warmup", "1s", "--allow-leftovers")
+    live = start(
+        bench, tmp_path / "b", "--workload", "smoke", "--duration", "25s", "--warmup", "1s", "--allow-leftovers"
+    )
     try:
         b_dir = wait_until("the live run's directory", lambda: the_run_dir(tmp_path / "b"), live)
-        b_schema = wait_until("the live run's schema", lambda: (lambda s: s if s and _exists(pg_dsn, s) else None)(
-            rundir.read_config(b_dir).get("schema")), live)
+        b_schema = wait_until(
+            "the live run's schema",
+            lambda: (lambda s: s if s and _exists(pg_dsn, s) else None)(rundir.read_config(b_dir).get("schema")),
+            live,
+        )
         wait_until("the live run measuring", lambda: "measure]" in (tmp_path / "b.log").read_text(), live)
 
         status = bench("env", "status", "--dsn", pg_dsn, timeout=60)

@@ -25,8 +25,9 @@ SHORT = ["--workload", "smoke", "--duration", "12s", "--warmup", "2s"]
 RUN_TIMEOUT_S = 240
 
 
-def run_with_faults(bench, tmp_path: Path, env: dict[str, str], scheduler: str, *extra: str,
-                    timeout: float = RUN_TIMEOUT_S) -> tuple[Path, dict]:
+def run_with_faults(
+    bench, tmp_path: Path, env: dict[str, str], scheduler: str, *extra: str, timeout: float = RUN_TIMEOUT_S
+) -> tuple[Path, dict]:
     out = tmp_path / "runs"
     res = bench("run", "--scheduler", scheduler, *SHORT, "--out", str(out), *extra, env=env, timeout=timeout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -66,15 +67,35 @@ def assert_crash_was_redelivered(run_dir: Path, summary: dict) -> None:
 
 
 def test_pg_queue_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(bench, tmp_path, private_stack):
-    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--opt", "stale_claim_s=3",
-                                 "--fault", "kill-worker@4s", "--fault", "restart-postgres@7s")
+    run_dir, s = run_with_faults(
+        bench,
+        tmp_path,
+        private_stack,
+        "pg_queue",
+        "--opt",
+        "stale_claim_s=3",
+        "--fault",
+        "kill-worker@4s",
+        "--fault",
+        "restart-postgres@7s",
+    )
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres"})
     assert_crash_was_redelivered(run_dir, s)
 
 
 def test_pg_leased_loses_nothing_when_its_worker_is_killed_and_postgres_restarts(bench, tmp_path, private_stack):
-    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_leased", "--opt", "lease_s=2",
-                                 "--fault", "kill-worker@4s", "--fault", "restart-postgres@7s")
+    run_dir, s = run_with_faults(
+        bench,
+        tmp_path,
+        private_stack,
+        "pg_leased",
+        "--opt",
+        "lease_s=2",
+        "--fault",
+        "kill-worker@4s",
+        "--fault",
+        "restart-postgres@7s",
+    )
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres"})
     assert_crash_was_redelivered(run_dir, s)
 
@@ -87,15 +108,34 @@ def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(bench, tmp
     # worked off when the window closed on a busy machine (last late fire 6.6 s after the server
     # was ready, so no recovery was seen; another time 71 fires were not in by the end of the
     # grace period).
-    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "temporal_shards", "--opt", "max_lag_s=1",
-                                 "--opt", "lease_s=3", "--fault", "kill-worker@4s",
-                                 "--fault", "restart-postgres@12s", "--fault", "restart-temporal@20s",
-                                 "--rate", "60/s", "--duration", "40s", timeout=240)
+    run_dir, s = run_with_faults(
+        bench,
+        tmp_path,
+        private_stack,
+        "temporal_shards",
+        "--opt",
+        "max_lag_s=1",
+        "--opt",
+        "lease_s=3",
+        "--fault",
+        "kill-worker@4s",
+        "--fault",
+        "restart-postgres@12s",
+        "--fault",
+        "restart-temporal@20s",
+        "--rate",
+        "60/s",
+        "--duration",
+        "40s",
+        timeout=240,
+    )
     assert_recovered_without_loss(s, {"kill-worker", "restart-postgres", "restart-temporal"})
     assert_crash_was_redelivered(run_dir, s)
 
 
-def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lose_nothing(bench, tmp_path, private_stack):
+def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lose_nothing(
+    bench, tmp_path, private_stack
+):
     """At-least-once, shown where it costs: 5 s polls outlive pg_queue's 3 s stale-claim timeout
     (it has no heartbeat), so batches are claimed again while their first delivery still polls.
     Both deliveries find the same events and send the same webhooks (duplicate external
@@ -104,8 +144,18 @@ def test_a_slow_provider_makes_pg_queue_redeliver_and_send_webhooks_twice_but_lo
     smoke = (Path(__file__).resolve().parents[2] / "loadgen/presets/smoke.yaml").read_text().splitlines()
     kept = [line for line in smoke if not line.startswith(("new_event_rate:", "error_rate:"))]  # each field once
     workload.write_text("\n".join(kept) + "\nnew_event_rate: 1.0\nerror_rate: 0.0\n")
-    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--workload", str(workload), "--opt",
-                                 "stale_claim_s=3", "--fault", "slow-provider@3s:6s:5s")
+    run_dir, s = run_with_faults(
+        bench,
+        tmp_path,
+        private_stack,
+        "pg_queue",
+        "--workload",
+        str(workload),
+        "--opt",
+        "stale_claim_s=3",
+        "--fault",
+        "slow-provider@3s:6s:5s",
+    )
     slow = by_kind(s)["slow-provider"]
     assert s["correct"] is True and s["outcomes"]["lost"] == 0 and s["lost_in_warmup"] == 0
     assert s["duplicate_effects"] == 0 and slow["duplicate_effects"] == 0
@@ -146,13 +196,15 @@ def test_faults_the_run_cannot_inject_are_refused_with_one_line(bench, tmp_path,
     res = bench("run", "--scheduler", "memory", "--fault", "kill@3s", "--out", out, env=private_stack, timeout=120)
     assert res.returncode == 2
     assert "accepted forms: kill-worker@30s" in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    res = bench("run", "--scheduler", "memory", "--fault", "pause-worker@3s:2s", "--out", out, env=private_stack,
-                timeout=120)
+    res = bench(
+        "run", "--scheduler", "memory", "--fault", "pause-worker@3s:2s", "--out", out, env=private_stack, timeout=120
+    )
     assert res.returncode == 2 and "--nodes" in res.stderr
     # a DSN that is not the harness's own server: seen from another home, the private server
     # is someone else's
     foreign = {**private_stack, "TIMERBENCH_HOME": str(tmp_path / "elsewhere")}
-    res = bench("run", "--scheduler", "pg_queue", "--fault", "restart-postgres@3s", "--out", out, env=foreign,
-                timeout=120)
+    res = bench(
+        "run", "--scheduler", "pg_queue", "--fault", "restart-postgres@3s", "--out", out, env=foreign, timeout=120
+    )
     assert res.returncode == 2 and "did not start" in res.stderr, res.stderr
     assert not Path(out).exists() or not any(Path(out).iterdir())

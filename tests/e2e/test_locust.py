@@ -25,10 +25,27 @@ LOCUSTFILE = str(Path(__file__).resolve().parents[2] / "loadgen" / "locustfile.p
 
 def locust(url: str, out: Path, *args: str, env: dict[str, str] | None = None) -> dict:
     summary = out / "summary.json"
-    argv = [sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "-H", url, "--csv", str(out / "l"),
-            "--only-summary", "--stop-timeout", "2", "--arm-summary", str(summary), *args]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "TIMERBENCH_TOKEN": TOKEN, **(env or {})})
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        LOCUSTFILE,
+        "--headless",
+        "-H",
+        url,
+        "--csv",
+        str(out / "l"),
+        "--only-summary",
+        "--stop-timeout",
+        "2",
+        "--arm-summary",
+        str(summary),
+        *args,
+    ]
+    res = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**os.environ, "TIMERBENCH_TOKEN": TOKEN, **(env or {})}
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(summary.read_text())
 
@@ -48,16 +65,48 @@ def test_a_short_locust_run_arms_what_it_reports_and_rearms_within_its_pool(benc
     node = ServeNode(bench, pg_dsn, schema)
     try:
         # a pool larger than the run: every timer is new
-        a = locust(node.url, tmp_path, "-u", "2", "-r", "2", "-t", "3s", "--arm-rate", "100", "--arm-batch", "5",
-                   "--arm-prefix", "a-")
+        a = locust(
+            node.url,
+            tmp_path,
+            "-u",
+            "2",
+            "-r",
+            "2",
+            "-t",
+            "3s",
+            "--arm-rate",
+            "100",
+            "--arm-batch",
+            "5",
+            "--arm-prefix",
+            "a-",
+        )
         assert a["failures"] == 0 and a["requests"] > 0
         ids = armed_load_ids(pg_dsn, schema)
         assert len(ids) == a["timers_armed"] == 5 * a["requests"]
         assert len(set(ids)) == len(ids)
         # a pool of 7: later requests re-arm (move) the same 7 timers
         # four requests, not a time box: on a busy machine two seconds once made only one
-        b = locust(node.url, tmp_path, "-u", "1", "-r", "1", "-t", "30s", "--arm-rate", "50", "--arm-batch", "5",
-                   "--arm-prefix", "b-", "--arm-ids", "7", "--arm-requests", "4")
+        b = locust(
+            node.url,
+            tmp_path,
+            "-u",
+            "1",
+            "-r",
+            "1",
+            "-t",
+            "30s",
+            "--arm-rate",
+            "50",
+            "--arm-batch",
+            "5",
+            "--arm-prefix",
+            "b-",
+            "--arm-ids",
+            "7",
+            "--arm-requests",
+            "4",
+        )
         assert b["failures"] == 0 and b["timers_armed"] > 7
         assert len([i for i in armed_load_ids(pg_dsn, schema) if i.startswith("b-")]) == 7
         assert (tmp_path / "l_stats.csv").exists()
@@ -70,8 +119,9 @@ def test_a_load_shape_ends_the_test_by_itself(bench, pg_dsn, schema, tmp_path):
     node = ServeNode(bench, pg_dsn, schema)
     try:
         # no -t: the shape's last point ends it
-        s = locust(node.url, tmp_path, "--arm-rate", "40", "--arm-batch", "2",
-                   env={"TIMERBENCH_ARM_SHAPE": "steps:1s=1,2s=2"})
+        s = locust(
+            node.url, tmp_path, "--arm-rate", "40", "--arm-batch", "2", env={"TIMERBENCH_ARM_SHAPE": "steps:1s=1,2s=2"}
+        )
         assert s["failures"] == 0 and s["requests"] > 0
         assert len(armed_load_ids(pg_dsn, schema)) == s["timers_armed"]
     finally:
@@ -79,8 +129,23 @@ def test_a_load_shape_ends_the_test_by_itself(bench, pg_dsn, schema, tmp_path):
 
 
 def test_run_with_arm_load_folds_locust_stats_into_the_run_dir(bench, pg_dsn, tmp_path):
-    res = bench("run", "--scheduler", "pg_leased", "--arm-load", "100/s", "--workload", "smoke",
-                "--duration", "4s", "--warmup", "1s", "--keep", "--out", str(tmp_path), timeout=180)
+    res = bench(
+        "run",
+        "--scheduler",
+        "pg_leased",
+        "--arm-load",
+        "100/s",
+        "--workload",
+        "smoke",
+        "--duration",
+        "4s",
+        "--warmup",
+        "1s",
+        "--keep",
+        "--out",
+        str(tmp_path),
+        timeout=180,
+    )
     assert res.returncode == 0, (res.stdout, res.stderr)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     schema = json.loads((run_dir / "config.json").read_text())["schema"]

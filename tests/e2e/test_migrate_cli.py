@@ -24,8 +24,13 @@ ALL_STEPS = ["--workload", "smoke", "--duration", "27s", "--warmup", "3s", "--st
 DAY_S = 86400.0
 
 
-def dry_run(bench, tmp_path: Path, *args: str, register: str | None = None, env: dict | None = None,
-            ) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def dry_run(
+    bench,
+    tmp_path: Path,
+    *args: str,
+    register: str | None = None,
+    env: dict | None = None,
+) -> tuple[subprocess.CompletedProcess, dict, Path]:
     proc = bench("migrate", "dry-run", *args, "--out", str(tmp_path), timeout=300, register=register, env=env)
     dirs = sorted(tmp_path.glob("*-migrate-*"))
     assert dirs, f"no run directory; exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -52,18 +57,28 @@ def long_horizon_after(m: dict, step: str, store: str) -> dict:
     return next(c for c in st["checks"]["stores"].values() if c["store"] == store)["long_horizon"]
 
 
-@pytest.mark.parametrize("to, opts", [
-    ("pg_leased", []),
-    # MaxLag 2 s instead of 10 (and a shorter lease): the steps are seconds apart here. A lag
-    # regression limit of 1 ms that temporal_shards, batching by MaxLag, cannot meet: the SLO
-    # figures must reach the verdict and the NO-GO must name the one that failed, and only it.
-    ("temporal_shards", ["--opt-to", "max_lag_s=2", "--opt-to", "lease_s=5", "--max-lag-regression", "1ms",
-                         "--max-lag-p99", "60s"]),
-])
-def test_every_step_including_rollback_loses_and_doubles_nothing(bench, tmp_path, pg_dsn, temporal_address, to,
-                                                                   opts):
+@pytest.mark.parametrize(
+    "to, opts",
+    [
+        ("pg_leased", []),
+        # MaxLag 2 s instead of 10 (and a shorter lease): the steps are seconds apart here. A lag
+        # regression limit of 1 ms that temporal_shards, batching by MaxLag, cannot meet: the SLO
+        # figures must reach the verdict and the NO-GO must name the one that failed, and only it.
+        (
+            "temporal_shards",
+            ["--opt-to", "max_lag_s=2", "--opt-to", "lease_s=5", "--max-lag-regression", "1ms", "--max-lag-p99", "60s"],
+        ),
+    ],
+)
+def test_every_step_including_rollback_loses_and_doubles_nothing(bench, tmp_path, pg_dsn, temporal_address, to, opts):
     proc, m, run_dir = dry_run(bench, tmp_path, "--from", "pg_queue", "--to", to, *ALL_STEPS, *opts)
-    assert [s["kind"] for s in m["steps"]] == ["dual-write", "backfill", "switch-execution", "stop-old-writes", "rollback"]
+    assert [s["kind"] for s in m["steps"]] == [
+        "dual-write",
+        "backfill",
+        "switch-execution",
+        "stop-old-writes",
+        "rollback",
+    ]
     assert_nothing_lost_or_doubled(m, run_dir)
     c = m["counts"]
     assert c["executed_by_primary"] > 0 and c["executed_by_shadow"] > 0, c
@@ -91,8 +106,18 @@ def test_every_step_including_rollback_loses_and_doubles_nothing(bench, tmp_path
 
 
 def test_shadow_dropping_arms_is_no_go_naming_the_missing_timers(bench, tmp_path):
-    proc, m, _ = dry_run(bench, tmp_path, "--from", "memory", "--to", "drops_one_percent", *SHORT, "--app-writes", "0",
-                         register="drops_one_percent=tests.e2e.dropping:DropsOnePercent")
+    proc, m, _ = dry_run(
+        bench,
+        tmp_path,
+        "--from",
+        "memory",
+        "--to",
+        "drops_one_percent",
+        *SHORT,
+        "--app-writes",
+        "0",
+        register="drops_one_percent=tests.e2e.dropping:DropsOnePercent",
+    )
     assert proc.returncode == 3, "NO-GO exits 3"
     assert m["verdict"] == "NO-GO"
     assert m["counts"]["missing_in_shadow"] > 0
@@ -101,15 +126,21 @@ def test_shadow_dropping_arms_is_no_go_naming_the_missing_timers(bench, tmp_path
     assert "NO-GO" in proc.stdout and "missing in the shadow" in proc.stdout
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--from", "nope", "--to", "memory"], "unknown scheduler"),
-    (["--from", "memory", "--to", "memory", "--switch-at", "10h"], "--switch-at"),
-    (["--from", "memory", "--to", "memory", "--tolerance", "soon"], "invalid duration"),
-    (["--from", "memory", "--to", "memory", "--steps", "backfill,dual-write"], "backfill must come after dual-write"),
-    (["--from", "memory", "--to", "memory", "--steps", "dual-write,backfill,rollback"], "nothing to roll back"),
-    (["--from", "memory", "--to", "memory", "--max-lag-p99", "fast"], "--max-lag-p99"),
-    (["--from", "memory", "--to", "memory", "--steps", "dual-write", "--switch-at", "3s"], "one of --steps"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--from", "nope", "--to", "memory"], "unknown scheduler"),
+        (["--from", "memory", "--to", "memory", "--switch-at", "10h"], "--switch-at"),
+        (["--from", "memory", "--to", "memory", "--tolerance", "soon"], "invalid duration"),
+        (
+            ["--from", "memory", "--to", "memory", "--steps", "backfill,dual-write"],
+            "backfill must come after dual-write",
+        ),
+        (["--from", "memory", "--to", "memory", "--steps", "dual-write,backfill,rollback"], "nothing to roll back"),
+        (["--from", "memory", "--to", "memory", "--max-lag-p99", "fast"], "--max-lag-p99"),
+        (["--from", "memory", "--to", "memory", "--steps", "dual-write", "--switch-at", "3s"], "one of --steps"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(bench, tmp_path, args, needle):
     proc = bench("migrate", "dry-run", *args, "--out", str(tmp_path), timeout=60)
     assert proc.returncode == 2
@@ -119,8 +150,23 @@ def test_bad_input_is_one_line_exit_2(bench, tmp_path, args, needle):
 
 def test_the_new_stores_workers_stalled_then_crashed_lose_and_double_nothing(bench, tmp_path, pg_dsn):
     # a crashed owner's rows come back after lease_s + sweep_s: well inside the run here
-    proc, m, run_dir = dry_run(bench, tmp_path, "--from", "memory", "--to", "pg_leased", *SHORT, "--opt-to", "lease_s=2",
-                               "--opt-to", "sweep_s=0.5", "--fault", "pause-worker@4s:3s", "--fault", "kill-worker@8s")
+    proc, m, run_dir = dry_run(
+        bench,
+        tmp_path,
+        "--from",
+        "memory",
+        "--to",
+        "pg_leased",
+        *SHORT,
+        "--opt-to",
+        "lease_s=2",
+        "--opt-to",
+        "sweep_s=0.5",
+        "--fault",
+        "pause-worker@4s:3s",
+        "--fault",
+        "kill-worker@8s",
+    )
     faults = {f["kind"]: f for f in json.loads((run_dir / "faults.json").read_text())["faults"]}
     assert faults["pause-worker"]["fired"] and faults["pause-worker"]["end"] - faults["pause-worker"]["start"] >= 2.9
     assert faults["kill-worker"]["fired"] and faults["kill-worker"]["replacement"] == "w0-shadow-r1", faults
@@ -133,15 +179,35 @@ def test_the_new_stores_workers_stalled_then_crashed_lose_and_double_nothing(ben
 # -- a shadow outage (private servers: the test restarts Temporal) -------------------------------
 
 
-def test_temporal_restart_mid_dual_write_reports_a_divergence_window_and_reconciles_to_zero(bench, tmp_path,
-                                                                                             private_stack):
+def test_temporal_restart_mid_dual_write_reports_a_divergence_window_and_reconciles_to_zero(
+    bench, tmp_path, private_stack
+):
     # Temporal stays down 4 s before it starts again: longer than the 2 s the dual writer waits
     # for the new store, so writes made meanwhile fail and are queued (a plain restart can be
     # quicker than that, and the writes merely wait)
     proc, m, run_dir = dry_run(
-        bench, tmp_path, "--from", "pg_queue", "--to", "temporal_shards", "--workload", "smoke", "--duration", "22s",
-        "--warmup", "3s", "--opt-to", "max_lag_s=2", "--opt-to", "lease_s=5", "--app-writes", "40/s",
-        "--fault", "restart-temporal@8s:4s", env=private_stack)
+        bench,
+        tmp_path,
+        "--from",
+        "pg_queue",
+        "--to",
+        "temporal_shards",
+        "--workload",
+        "smoke",
+        "--duration",
+        "22s",
+        "--warmup",
+        "3s",
+        "--opt-to",
+        "max_lag_s=2",
+        "--opt-to",
+        "lease_s=5",
+        "--app-writes",
+        "40/s",
+        "--fault",
+        "restart-temporal@8s:4s",
+        env=private_stack,
+    )
     fault = json.loads((run_dir / "faults.json").read_text())["faults"][0]
     assert fault["fired"] and fault["end"] is not None, fault
     d = m["divergence"]
@@ -208,8 +274,12 @@ def test_reconcile_finds_planted_drift_read_only_and_repairs_it(bench, pg_dsn, s
         res = bench("migrate", "reconcile", *args, timeout=120)
         assert res.returncode == 3, res.stdout + res.stderr
         assert "drift 3 (missing 1, extra 1, moved 1)" in res.stdout, res.stdout
-        for needle in ("drift missing: only-in-source", "drift extra: only-in-target", "drift moved: moved",
-                       "off by +60.000 s"):
+        for needle in (
+            "drift missing: only-in-source",
+            "drift extra: only-in-target",
+            "drift moved: moved",
+            "off by +60.000 s",
+        ):
             assert needle in res.stdout, res.stdout
         assert asyncio.run(read()) == before, "reconcile without --repair changed a store"
         res = bench("migrate", "reconcile", *args, "--repair", timeout=120)
@@ -243,16 +313,35 @@ def test_reconcile_sees_a_temporal_timer_no_shard_holds_and_rearms_it(bench, pg_
             assert len(await tgt.export_armed()) == len(timers)
             # the signal of a move lost: the row moved on (version + 1), the shard kept the old version
             async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-                await conn.execute(sql.SQL("UPDATE {}.trigger SET version = version + 1 WHERE id = 't-7'")
-                                   .format(sql.Identifier(tgt_schema)))
+                await conn.execute(
+                    sql.SQL("UPDATE {}.trigger SET version = version + 1 WHERE id = 't-7'").format(
+                        sql.Identifier(tgt_schema)
+                    )
+                )
             assert "t-7" not in await _armed(tgt)
             env = {**os.environ, "TIMERBENCH_DSN": pg_dsn, "TIMERBENCH_TEMPORAL": temporal_address}
-            args = bench.argv("migrate", "reconcile", "--from", "pg_leased", "--to", "temporal_shards", "--schema",
-                              schema, "--settle", "1s")
+            args = bench.argv(
+                "migrate",
+                "reconcile",
+                "--from",
+                "pg_leased",
+                "--to",
+                "temporal_shards",
+                "--schema",
+                schema,
+                "--settle",
+                "1s",
+            )
             for extra, code in (([], 3), (["--repair"], 0)):
                 # in this event loop: the runner above goes on answering the shards' queries
-                p = await asyncio.create_subprocess_exec(*args, *extra, env=env, cwd=bench.cwd,
-                                                         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+                p = await asyncio.create_subprocess_exec(
+                    *args,
+                    *extra,
+                    env=env,
+                    cwd=bench.cwd,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
                 out = (await asyncio.wait_for(p.communicate(), 120))[0].decode()
                 assert p.returncode == code, out
                 assert "missing: t-7" in out, out
@@ -265,12 +354,15 @@ def test_reconcile_sees_a_temporal_timer_no_shard_holds_and_rearms_it(bench, pg_
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--from", "memory", "--to", "pg_leased", "--schema", "x"], "keeps its timers inside the process"),
-    (["--from", "pg_queue", "--to", "pg_leased", "--schema", "no_such_rehearsal"], "holds no pg_queue store"),
-    (["--from", "pg_queue", "--to", "pg_leased"], "name the stores"),
-    (["--from", "pg_queue", "--to", "pg_leased", "--from-schema", "a", "--to-schema", "a"], "compared with itself"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--from", "memory", "--to", "pg_leased", "--schema", "x"], "keeps its timers inside the process"),
+        (["--from", "pg_queue", "--to", "pg_leased", "--schema", "no_such_rehearsal"], "holds no pg_queue store"),
+        (["--from", "pg_queue", "--to", "pg_leased"], "name the stores"),
+        (["--from", "pg_queue", "--to", "pg_leased", "--from-schema", "a", "--to-schema", "a"], "compared with itself"),
+    ],
+)
 def test_reconcile_bad_input_is_one_line_exit_2(bench, pg_dsn, args, needle):
     res = bench("migrate", "reconcile", *args, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr

@@ -37,8 +37,11 @@ def test_two_nodes_on_one_store_never_double_hold_a_timer(bench, tmp_path, pg_ds
     assert fires.schema.equals(FIRES_SCHEMA)
     workers = set(fires.column("worker").to_pylist())
     assert workers == {"n0", "n1"}, workers  # both nodes claimed
-    measured = [w for w, f in zip(fires.column("warmup").to_pylist(), fires.column("fired_at").to_pylist())
-                if not w and f is not None]
+    measured = [
+        w
+        for w, f in zip(fires.column("warmup").to_pylist(), fires.column("fired_at").to_pylist())
+        if not w and f is not None
+    ]
     assert len(measured) >= summary["fires"]  # the window's fires plus the drain's
 
     # the check itself, recomputed: per timer, holds on different workers never overlap
@@ -51,7 +54,7 @@ def test_two_nodes_on_one_store_never_double_hold_a_timer(bench, tmp_path, pg_ds
     assert sum(len(v) for v in spans.values()) == fires.num_rows
     for tid, items in spans.items():
         for i, (s1, e1, w1) in enumerate(items):
-            for s2, e2, w2 in items[i + 1:]:
+            for s2, e2, w2 in items[i + 1 :]:
                 assert w1 == w2 or e1 <= s2 or e2 <= s1, (tid, items)
     for meta in (run_dir / "nodes").glob("node-*.json"):
         assert json.loads(meta.read_text())["graceful"] is True

@@ -71,7 +71,18 @@ def compared(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
     names = schedulers_under_test()
     html, md = out / "report.html", out / "report.md"
-    proc = bench("compare", "--schedulers", ",".join(names), *SMOKE, "--out", str(out / "runs"), "-o", str(html), "--markdown", str(md))
+    proc = bench(
+        "compare",
+        "--schedulers",
+        ",".join(names),
+        *SMOKE,
+        "--out",
+        str(out / "runs"),
+        "-o",
+        str(html),
+        "--markdown",
+        str(md),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"report: {html}" in proc.stdout
     dirs = [d for d in sorted((out / "runs").iterdir()) if d.is_dir()]
@@ -86,7 +97,9 @@ def test_compare_ends_with_the_harness_calibration_and_each_backend_is_checked_a
     column, but every backend's "harness ceiling" check reads it."""
     (cal,) = compared["calibrations"]
     config, summary = rundir.read_config(cal), rundir.read_summary(cal)
-    target = rundir.read_summary(compared["runs"]["pg_leased"])["target_rate"] if "pg_leased" in compared["runs"] else None
+    target = (
+        rundir.read_summary(compared["runs"]["pg_leased"])["target_rate"] if "pg_leased" in compared["runs"] else None
+    )
     assert config["scheduler"] == "memory" and config["label"] == "harness ceiling"
     assert config["calibration"]["factor"] == 3.0
     assert summary["harness"]["cores"] > 0 and summary["harness"]["cpu_ms_per_fire"] > 0
@@ -119,22 +132,43 @@ def expected_figures(s: dict) -> dict[str, object]:
         "rate_share": s["achieved_rate"] / s["offered_rate"],
         "offered_share": s["offered_rate"] / s["target_rate"],
         "claim_rate": s["claim_rate"],
-        "due": o["due"], "on_time": o["on_time"], "late": o["late"], "pending": o["pending"], "lost": o["lost"],
-        "on_time_share": o["on_time"] / o["due"], "on_time_s": s["on_time_s"], "skipped_periods": s["skipped_periods"],
-        "lag_p50_ms": lag["p50"], "lag_p90_ms": lag["p90"], "lag_p99_ms": lag["p99"],
-        "lag_p999_ms": lag["p999"], "lag_max_ms": lag["max"],
-        "lost_total": o["lost"] + s["lost_in_warmup"], "duplicate_effects": s["duplicate_effects"],
-        "early": s["early"], "redelivered_fires": s["redelivered_fires"], "duplicate_fires": s["duplicate_fires"],
-        "external_effects": s["external_effects"], "duplicate_external_effects": s["duplicate_external_effects"],
-        "dead_table_peak": dead.get("table_peak"), "dead_table_end": dead.get("table_end"),
-        "dead_toast_peak": dead.get("toast_peak"), "dead_toast_end": dead.get("toast_end"),
+        "due": o["due"],
+        "on_time": o["on_time"],
+        "late": o["late"],
+        "pending": o["pending"],
+        "lost": o["lost"],
+        "on_time_share": o["on_time"] / o["due"],
+        "on_time_s": s["on_time_s"],
+        "skipped_periods": s["skipped_periods"],
+        "lag_p50_ms": lag["p50"],
+        "lag_p90_ms": lag["p90"],
+        "lag_p99_ms": lag["p99"],
+        "lag_p999_ms": lag["p999"],
+        "lag_max_ms": lag["max"],
+        "lost_total": o["lost"] + s["lost_in_warmup"],
+        "duplicate_effects": s["duplicate_effects"],
+        "early": s["early"],
+        "redelivered_fires": s["redelivered_fires"],
+        "duplicate_fires": s["duplicate_fires"],
+        "external_effects": s["external_effects"],
+        "duplicate_external_effects": s["duplicate_external_effects"],
+        "dead_table_peak": dead.get("table_peak"),
+        "dead_table_end": dead.get("table_end"),
+        "dead_toast_peak": dead.get("toast_peak"),
+        "dead_toast_end": dead.get("toast_end"),
         "hot_ratio": s["hot_ratio"],
-        "inserts_per_fire": pf.get("inserts"), "updates_per_fire": pf.get("updates"),
-        "deletes_per_fire": pf.get("deletes"), "wal_bytes_per_fire": pf.get("wal_bytes"),
-        "toast_inserts_per_fire": pf.get("toast_inserts"), "toast_updates_per_fire": pf.get("toast_updates"),
-        "toast_deletes_per_fire": pf.get("toast_deletes"), "heap_writes_per_fire": pf.get("heap_writes"),
-        "toast_writes_per_fire": pf.get("toast_writes"), "row_writes_per_fire": pf.get("row_writes"),
-        "wal_records_per_fire": pf.get("wal_records"), "wal_fpi_per_fire": pf.get("wal_fpi"),
+        "inserts_per_fire": pf.get("inserts"),
+        "updates_per_fire": pf.get("updates"),
+        "deletes_per_fire": pf.get("deletes"),
+        "wal_bytes_per_fire": pf.get("wal_bytes"),
+        "toast_inserts_per_fire": pf.get("toast_inserts"),
+        "toast_updates_per_fire": pf.get("toast_updates"),
+        "toast_deletes_per_fire": pf.get("toast_deletes"),
+        "heap_writes_per_fire": pf.get("heap_writes"),
+        "toast_writes_per_fire": pf.get("toast_writes"),
+        "row_writes_per_fire": pf.get("row_writes"),
+        "wal_records_per_fire": pf.get("wal_records"),
+        "wal_fpi_per_fire": pf.get("wal_fpi"),
         "postgres_io_bytes_per_fire": server("postgres", "io_write_bytes"),
         "postgres_cpu_ms_per_fire": server("postgres", "cpu_s", 1000.0),
         "temporal_requests_per_fire": server("temporal", "persistence_requests"),
@@ -143,14 +177,19 @@ def expected_figures(s: dict) -> dict[str, object]:
         "temporal_bytes_per_fire": server("temporal", "write_bytes"),
         "temporal_file_growth_per_fire": server("temporal", "file_bytes"),
         "temporal_cpu_ms_per_fire": server("temporal", "cpu_s", 1000.0),
-        "durable_writes_per_fire": bill.get("durable_writes"), "bytes_written_per_fire": bill.get("bytes_written"),
-        "dead_exact": bloat.get("dead_tuples_exact"), "dead_estimate": bloat.get("n_dead_tup"),
-        "dead_exact_toast": bloat.get("dead_tuples_exact_toast"), "dead_estimate_toast": bloat.get("n_dead_tup_toast"),
-        "dead_bytes": bloat.get("dead_bytes"), "free_bytes": bloat.get("free_bytes"),
+        "durable_writes_per_fire": bill.get("durable_writes"),
+        "bytes_written_per_fire": bill.get("bytes_written"),
+        "dead_exact": bloat.get("dead_tuples_exact"),
+        "dead_estimate": bloat.get("n_dead_tup"),
+        "dead_exact_toast": bloat.get("dead_tuples_exact_toast"),
+        "dead_estimate_toast": bloat.get("n_dead_tup_toast"),
+        "dead_bytes": bloat.get("dead_bytes"),
+        "free_bytes": bloat.get("free_bytes"),
         "statement_ms_per_fire": stmt("design") / s["fires"] if stmt("design") is not None else None,
         "sampler_ms_per_s": stmt("sampler") / s["measured_s"] if stmt("sampler") is not None else None,
         "autovacuum_runs": s["autovacuum_runs"],
-        "table_bytes_end": s["table_bytes_end"], "index_bytes_end": s["index_bytes_end"],
+        "table_bytes_end": s["table_bytes_end"],
+        "index_bytes_end": s["index_bytes_end"],
     }
 
 
@@ -159,7 +198,9 @@ def test_every_summary_figure_equals_the_value_recomputed_from_parquet(compared)
     numeric_rows = {spec.key for spec in SUMMARY_ROWS if spec.kind != "text"}
     for name, run_dir in compared["runs"].items():
         written = rundir.read_summary(run_dir)
-        recomputed = rundir.compute_summary(run_dir, complete=written["complete"], incomplete_reason=written["incomplete_reason"])
+        recomputed = rundir.compute_summary(
+            run_dir, complete=written["complete"], incomplete_reason=written["incomplete_reason"]
+        )
         want = expected_figures(recomputed)
         assert set(want) == numeric_rows  # no row of the table escapes the check
         for key, value in want.items():
@@ -213,8 +254,15 @@ def test_markdown_has_the_same_tables(compared):
     assert "Load is open-loop (fixed cadence" in blocks[1]  # the cadence, window and outcomes, said first
     summary = next(b for b in blocks if b.startswith("| figure")).splitlines()
     assert len(summary) == 2 + len(SUMMARY_ROWS)
-    assert summary[0] == "| figure | " + " | ".join(
-        n + (" (baseline)" if i == 0 and len(compared["names"]) > 1 else "") for i, n in enumerate(compared["names"])) + " |"
+    assert (
+        summary[0]
+        == "| figure | "
+        + " | ".join(
+            n + (" (baseline)" if i == 0 and len(compared["names"]) > 1 else "")
+            for i, n in enumerate(compared["names"])
+        )
+        + " |"
+    )
 
 
 def test_report_accepts_globs_and_parents_and_a_baseline(bench, compared, tmp_path):
@@ -243,11 +291,23 @@ def test_a_failed_run_is_reported_and_the_others_still_are(bench, tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        "import schedulers.base as b\nb.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'\n")
+        "import schedulers.base as b\nb.REGISTRY['crashing'] = 'tests.e2e.crashing:CrashingScheduler'\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(bench.cwd)])}
     html = tmp_path / "r.html"
-    proc = bench("compare", "--schedulers", "memory,crashing", *SMOKE, "--no-calibrate", "--out", str(tmp_path / "runs"),
-                 "-o", str(html), env=env, timeout=240)
+    proc = bench(
+        "compare",
+        "--schedulers",
+        "memory,crashing",
+        *SMOKE,
+        "--no-calibrate",
+        "--out",
+        str(tmp_path / "runs"),
+        "-o",
+        str(html),
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 of 2 runs failed: crashing" in proc.stderr
     page = parse(html)

@@ -26,16 +26,61 @@ from tests.e2e.recompute import check_summary
 
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
 SUMMARY_KEYS = {
-    "complete", "incomplete_reason", "correct", "failures", "scheduler", "workload_name", "cadence", "target_rate",
-    "offered_rate", "achieved_rate", "rate_held", "claim_rate", "measured_s", "warmup_s", "drained_s",
-    "cycles_per_trigger", "steady_state", "on_time_s", "outcomes", "lost_in_warmup", "skipped_periods", "lag_ms",
-    "fires", "early", "redelivered_fires", "duplicate_fires", "duplicate_effects", "external_effects",
-    "duplicate_external_effects", "dead_tuples", "hot_ratio", "per_fire", "autovacuum_runs", "table_bytes_end",
-    "index_bytes_end", "servers", "bill", "statements", "bloat", "unavailable", "warnings", "measurement_notes",
+    "complete",
+    "incomplete_reason",
+    "correct",
+    "failures",
+    "scheduler",
+    "workload_name",
+    "cadence",
+    "target_rate",
+    "offered_rate",
+    "achieved_rate",
+    "rate_held",
+    "claim_rate",
+    "measured_s",
+    "warmup_s",
+    "drained_s",
+    "cycles_per_trigger",
+    "steady_state",
+    "on_time_s",
+    "outcomes",
+    "lost_in_warmup",
+    "skipped_periods",
+    "lag_ms",
+    "fires",
+    "early",
+    "redelivered_fires",
+    "duplicate_fires",
+    "duplicate_effects",
+    "external_effects",
+    "duplicate_external_effects",
+    "dead_tuples",
+    "hot_ratio",
+    "per_fire",
+    "autovacuum_runs",
+    "table_bytes_end",
+    "index_bytes_end",
+    "servers",
+    "bill",
+    "statements",
+    "bloat",
+    "unavailable",
+    "warnings",
+    "measurement_notes",
     "harness",
 }
-ENV_KEYS = {"python", "platform", "cpus", "memory_bytes", "postgres_version", "postgres_settings",
-            "temporal_version", "timerbench_version", "git_commit"}
+ENV_KEYS = {
+    "python",
+    "platform",
+    "cpus",
+    "memory_bytes",
+    "postgres_version",
+    "postgres_settings",
+    "temporal_version",
+    "timerbench_version",
+    "git_commit",
+}
 
 
 def only_run_dir(out: Path) -> Path:
@@ -123,7 +168,9 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
             assert s["per_fire"]["wal_bytes"] is not None
             # the whole bill on the embedded stack: every extension and process is readable
             assert s["unavailable"] == {}, s["unavailable"]
-            assert s["per_fire"]["row_writes"] == pytest.approx(s["per_fire"]["heap_writes"] + s["per_fire"]["toast_writes"])
+            assert s["per_fire"]["row_writes"] == pytest.approx(
+                s["per_fire"]["heap_writes"] + s["per_fire"]["toast_writes"]
+            )
             assert s["per_fire"]["wal_records"] > 0 and s["servers"]["postgres"]["per_fire"]["bytes_written"] > 0
             assert s["servers"]["postgres"]["per_fire"]["write_chars"] > 0
             assert (run_dir / rundir.STATEMENTS).exists() and s["statements"]["design"]["calls"] > 0
@@ -136,8 +183,22 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
 
 
 def test_checkpoint_at_the_start_of_the_warmup_is_recorded_and_said(bench, tmp_path):
-    res = bench("run", "--scheduler", "pg_leased", "--workload", "smoke", "--duration", "3s", "--warmup", "6s",
-                "--checkpoint", "warmup", "--out", str(tmp_path), timeout=240)
+    res = bench(
+        "run",
+        "--scheduler",
+        "pg_leased",
+        "--workload",
+        "smoke",
+        "--duration",
+        "3s",
+        "--warmup",
+        "6s",
+        "--checkpoint",
+        "warmup",
+        "--out",
+        str(tmp_path),
+        timeout=240,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     window = json.loads((run_dir / "config.json").read_text())["window"]
@@ -151,9 +212,20 @@ def test_checkpoint_at_the_start_of_the_warmup_is_recorded_and_said(bench, tmp_p
 
 def test_sigint_leaves_a_readable_run_dir_marked_incomplete(bench, tmp_path):
     proc = bench.popen(
-        "run", "--scheduler", "memory", "--workload", "smoke", "--duration", "60s", "--warmup", "1s",
-        "--out", str(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        "run",
+        "--scheduler",
+        "memory",
+        "--workload",
+        "smoke",
+        "--duration",
+        "60s",
+        "--warmup",
+        "1s",
+        "--out",
+        str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         started = time.time()
@@ -195,7 +267,9 @@ def test_unknown_scheduler_lists_the_valid_names(bench, tmp_path):
 
 @pytest.mark.parametrize("rate", ["fast", "5/fortnight", "-3/s"])
 def test_malformed_rate_names_the_accepted_forms(bench, rate, tmp_path):
-    line = one_line_usage_error(bench("run", "--scheduler", "memory", "--rate", rate, "--out", str(tmp_path), timeout=30))
+    line = one_line_usage_error(
+        bench("run", "--scheduler", "memory", "--rate", rate, "--out", str(tmp_path), timeout=30)
+    )
     assert rate in line
     for form in ("556/s", "33360/min", "556"):
         assert form in line
@@ -206,9 +280,19 @@ def test_unreachable_dsn_names_host_and_port_not_the_password(bench, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.time()
-    res = bench("run", "--scheduler", "memory", "--workload", "smoke", "--dsn",
-                f"postgresql://bob:s3cretpw@127.0.0.1:{port}/nowhere", "--out", str(tmp_path), timeout=30,
-                env={k: v for k, v in os.environ.items() if k != "TIMERBENCH_DSN"})
+    res = bench(
+        "run",
+        "--scheduler",
+        "memory",
+        "--workload",
+        "smoke",
+        "--dsn",
+        f"postgresql://bob:s3cretpw@127.0.0.1:{port}/nowhere",
+        "--out",
+        str(tmp_path),
+        timeout=30,
+        env={k: v for k, v in os.environ.items() if k != "TIMERBENCH_DSN"},
+    )
     assert time.time() - started < 10
     line = one_line_usage_error(res)
     assert f"127.0.0.1:{port}" in line
@@ -216,8 +300,21 @@ def test_unreachable_dsn_names_host_and_port_not_the_password(bench, tmp_path):
 
 
 def test_a_crashing_scheduler_still_leaves_a_readable_run_dir(bench, tmp_path):
-    res = bench("run", "--scheduler", "crashing", "--workload", "smoke", "--duration", "8s", "--warmup", "1s",
-                "--out", str(tmp_path), timeout=120, register="crashing=tests.e2e.crashing:CrashingScheduler")
+    res = bench(
+        "run",
+        "--scheduler",
+        "crashing",
+        "--workload",
+        "smoke",
+        "--duration",
+        "8s",
+        "--warmup",
+        "1s",
+        "--out",
+        str(tmp_path),
+        timeout=120,
+        register="crashing=tests.e2e.crashing:CrashingScheduler",
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     run_dir = only_run_dir(tmp_path)
     s = json.loads((run_dir / "summary.json").read_text())

@@ -51,8 +51,21 @@ class ServeNode:
     def __init__(self, bench, dsn: str, schema: str, record: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = ["serve", "--scheduler", "pg_leased", "--port", str(self.port), "--schema", schema,
-                "--workload", "smoke", "--worker-id", "node-under-test", "--opt", f"tick_s={TICK_S}"]
+        args = [
+            "serve",
+            "--scheduler",
+            "pg_leased",
+            "--port",
+            str(self.port),
+            "--schema",
+            schema,
+            "--workload",
+            "smoke",
+            "--worker-id",
+            "node-under-test",
+            "--opt",
+            f"tick_s={TICK_S}",
+        ]
         if record is not None:
             args += ["--record", str(record)]
         env = {**os.environ, "TIMERBENCH_DSN": dsn, "TIMERBENCH_TOKEN": TOKEN}

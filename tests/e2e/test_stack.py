@@ -37,16 +37,22 @@ def test_embedded_postgres_is_the_bundled_major_with_its_measurement_extensions(
         preload = conn.execute("SHOW shared_preload_libraries").fetchone()[0]
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         # autovacuum off: it must not clean the dead tuples before pgstattuple counts them
-        conn.execute(sql.SQL("CREATE TABLE {} WITH (autovacuum_enabled = off) AS "
-                             "SELECT g AS id FROM generate_series(1, 1000) g").format(table))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} WITH (autovacuum_enabled = off) AS SELECT g AS id FROM generate_series(1, 1000) g"
+            ).format(table)
+        )
         # one statement shape, two literals
         conn.execute(sql.SQL("SELECT id FROM {} WHERE id = 7").format(table))
         conn.execute(sql.SQL("SELECT id FROM {} WHERE id = 8").format(table))
-        calls = conn.execute("SELECT calls, rows FROM pg_stat_statements WHERE query = %s",
-                             (f'SELECT id FROM "{schema}"."{name}" WHERE id = $1',)).fetchall()
+        calls = conn.execute(
+            "SELECT calls, rows FROM pg_stat_statements WHERE query = %s",
+            (f'SELECT id FROM "{schema}"."{name}" WHERE id = $1',),
+        ).fetchall()
         conn.execute(sql.SQL("DELETE FROM {} WHERE id <= 400").format(table))
-        live, dead = conn.execute("SELECT tuple_count, dead_tuple_count FROM pgstattuple(%s::regclass)",
-                                  (f'"{schema}"."{name}"',)).fetchone()
+        live, dead = conn.execute(
+            "SELECT tuple_count, dead_tuple_count FROM pgstattuple(%s::regclass)", (f'"{schema}"."{name}"',)
+        ).fetchone()
     assert version_num // 10000 == int(stack.pg_major()) >= 18
     assert "pg_stat_statements" in preload
     assert calls == [(2, 2)]  # both literals normalised to one entry: two calls, a row each
@@ -66,8 +72,9 @@ def test_a_database_without_the_extensions_says_why_and_how_to_fix_it(pg_dsn):
         found = extensions(psycopg.conninfo.make_conninfo(pg_dsn, dbname=bare))
         for name in MEASUREMENT_EXTENSIONS:
             assert not found[name].usable
-            assert found[name].missing == (f"{name} is not created in database {bare} "
-                                           f"(CREATE EXTENSION {name}, as a superuser)")
+            assert found[name].missing == (
+                f"{name} is not created in database {bare} (CREATE EXTENSION {name}, as a superuser)"
+            )
         # created, but this user may not call pgstattuple (EXECUTE goes to pg_stat_scan_tables)
         plain = extensions(psycopg.conninfo.make_conninfo(pg_dsn, user=role))
         assert plain["pg_stat_statements"].usable, plain
@@ -99,11 +106,21 @@ def test_processes_starting_one_server_together_get_one_ready_server(tmp_path):
     # Test workers of a fresh clone all start the embedded Postgres at once: one starts it, the
     # others wait for it, and none gets a server whose database is not made yet.
     port = stack.free_port()
-    code = ("import sys, psycopg; from harness import stack; "
-            "dsn, _ = stack.Postgres(__import__('pathlib').Path(sys.argv[1])).start(int(sys.argv[2])); "
-            "psycopg.connect(dsn).close(); print(dsn)")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(port)], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    code = (
+        "import sys, psycopg; from harness import stack; "
+        "dsn, _ = stack.Postgres(__import__('pathlib').Path(sys.argv[1])).start(int(sys.argv[2])); "
+        "psycopg.connect(dsn).close(); print(dsn)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), str(port)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     try:
         results = [p.communicate(timeout=120) for p in procs]
     finally:
@@ -133,7 +150,11 @@ def _session(home: Path) -> subprocess.CompletedProcess:
     env["TIMERBENCH_HOME"] = str(home)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests/e2e/session_probe.py")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 
@@ -173,7 +194,11 @@ def test_sessions_at_once_leave_the_servers_to_the_last_one_out(tmp_path):
     env.update(TIMERBENCH_HOME=str(home), TIMERBENCH_PROBE_HOLD=str(release))
     first = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests/e2e/session_probe.py")],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     pg, tp = stack.Postgres(home), stack.TemporalDev(home)
     try:

@@ -52,8 +52,19 @@ def test_memory_sweep_holds_both_rates_and_writes_sweep_json_and_report(bench, t
 def test_a_backend_stops_at_the_first_rate_it_cannot_hold_after_one_retry(bench, tmp_path):
     # An SLO no run can meet (1 µs p99): the first rate fails twice (--retries 1, the default),
     # the second rate is never run.
-    res = bench("sweep", "--scheduler", "memory", "--rates", "500,1000", "--slo-p99", "0.001ms",
-                "--out", str(tmp_path), *SHORT, timeout=180)
+    res = bench(
+        "sweep",
+        "--scheduler",
+        "memory",
+        "--rates",
+        "500,1000",
+        "--slo-p99",
+        "0.001ms",
+        "--out",
+        str(tmp_path),
+        *SHORT,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     sweep_dir, data = the_sweep(tmp_path)
     mem = data["backends"]["memory"]

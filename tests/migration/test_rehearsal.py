@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from migration.dual import SHADOW
 from migration.rehearsal import rehearse
@@ -35,8 +35,11 @@ class Rearming:
             key = (f.timer_id, round(f.due_at, 6))
             self.polled[key] = self.polled.get(key, 0) + 1
         return [
-            Outcome(next_fire_at=now + self.every_s, new_state=None,
-                    effect=zlib.crc32(f"{f.timer_id}{f.due_at}".encode()) % 3 == 0)
+            Outcome(
+                next_fire_at=now + self.every_s,
+                new_state=None,
+                effect=zlib.crc32(f"{f.timer_id}{f.due_at}".encode()) % 3 == 0,
+            )
             for f in fires
         ]
 
@@ -63,15 +66,20 @@ class TenSecondsSlow(MemoryScheduler):
 
     async def arm(self, timers: Sequence[Timer]) -> None:
         now = time.time()
-        await super().arm([replace(t, fire_at=(now if t.fire_at is None else t.fire_at) + self.DELAY_S) for t in timers])
+        await super().arm(
+            [replace(t, fire_at=(now if t.fire_at is None else t.fire_at) + self.DELAY_S) for t in timers]
+        )
 
     def _claim(self, now, owner, batch_no, limit):
-        return [(replace(f, due_at=round(f.due_at - self.DELAY_S, 6)), v)
-                for f, v in super()._claim(now, owner, batch_no, limit)]
+        return [
+            (replace(f, due_at=round(f.due_at - self.DELAY_S, 6)), v)
+            for f, v in super()._claim(now, owner, batch_no, limit)
+        ]
 
     def _commit(self, items, outcomes, owner, processor):
-        later = [replace(o, next_fire_at=None if o.next_fire_at is None else o.next_fire_at + self.DELAY_S)
-                 for o in outcomes]
+        later = [
+            replace(o, next_fire_at=None if o.next_fire_at is None else o.next_fire_at + self.DELAY_S) for o in outcomes
+        ]
         super()._commit(items, later, owner, processor)
 
     async def export_armed(self) -> list[Timer]:
@@ -106,9 +114,13 @@ def far(n: int, prefix: str) -> list[Timer]:
 async def test_control_vs_control_is_go():
     proc = Rearming()
     result, _ = await rehearse(
-        memory(), memory(), {"poll": proc},
-        before_dual_write=population(150, "old"), during_dual_write=population(150, "new"),
-        duration_s=4.0, tolerance_s=1.0,
+        memory(),
+        memory(),
+        {"poll": proc},
+        before_dual_write=population(150, "old"),
+        during_dual_write=population(150, "new"),
+        duration_s=4.0,
+        tolerance_s=1.0,
     )
     c = result.comparison
     assert result.backfilled == 150
@@ -122,8 +134,13 @@ async def test_control_vs_control_is_go():
 
 async def test_shadow_dropping_one_percent_of_arms_is_no_go_naming_them():
     result, _ = await rehearse(
-        memory(), memory(DropsOnePercent), {"poll": Rearming()},
-        during_dual_write=population(400, "x"), duration_s=3.0, tolerance_s=1.0, settle_s=0.5,
+        memory(),
+        memory(DropsOnePercent),
+        {"poll": Rearming()},
+        during_dual_write=population(400, "x"),
+        duration_s=3.0,
+        tolerance_s=1.0,
+        settle_s=0.5,
     )
     dropped = {f"x-{i}" for i in range(400) if zlib.crc32(f"x-{i}".encode()) % 100 == 0}
     assert dropped, "the population must include dropped ids for this test to mean anything"
@@ -141,13 +158,25 @@ async def test_every_step_including_rollback_loses_and_doubles_nothing():
     proc = Rearming()
     lh = far(40, "lh")
     result, reh = await rehearse(
-        memory(), memory(), {"poll": proc},
-        before_dual_write=population(200, "old") + lh[:20], during_dual_write=population(200, "new") + lh[20:],
-        duration_s=10.0, tolerance_s=1.0, settle_s=0.5, long_horizon=[t.id for t in lh],
+        memory(),
+        memory(),
+        {"poll": proc},
+        before_dual_write=population(200, "old") + lh[:20],
+        during_dual_write=population(200, "new") + lh[20:],
+        duration_s=10.0,
+        tolerance_s=1.0,
+        settle_s=0.5,
+        long_horizon=[t.id for t in lh],
         steps="dual-write,backfill,switch-execution@2,stop-old-writes@4,rollback@6",
         app_writes=(lh, 20.0),
     )
-    assert [r.kind for r in result.steps] == ["dual-write", "backfill", "switch-execution", "stop-old-writes", "rollback"]
+    assert [r.kind for r in result.steps] == [
+        "dual-write",
+        "backfill",
+        "switch-execution",
+        "stop-old-writes",
+        "rollback",
+    ]
     assert all(r.started_s is not None and not r.problems for r in result.steps), [r.problems for r in result.steps]
     assert result.executed_by["primary"] > 0 and result.executed_by["shadow"] > 0, result.executed_by
     assert result.lost == 0 and result.double_executed == 0, result.lost_samples
@@ -168,8 +197,13 @@ async def test_every_step_including_rollback_loses_and_doubles_nothing():
 
 async def test_a_shadow_ten_seconds_slower_is_no_go_on_a_one_second_regression_limit_and_go_without():
     result, reh = await rehearse(
-        memory(), memory(TenSecondsSlow), {"poll": Rearming(every_s=13.0)},
-        during_dual_write=population(300, "slow", spread_s=2.0), duration_s=17.0, tolerance_s=1.0, settle_s=0.5,
+        memory(),
+        memory(TenSecondsSlow),
+        {"poll": Rearming(every_s=13.0)},
+        during_dual_write=population(300, "slow", spread_s=2.0),
+        duration_s=17.0,
+        tolerance_s=1.0,
+        settle_s=0.5,
         max_lag_regression_s=1.0,
     )
     lag = result.lag
@@ -199,9 +233,16 @@ async def test_a_shadow_outage_is_queued_replayed_and_reconciled():
 
     task = asyncio.create_task(outage())
     result, _ = await rehearse(
-        memory(), shadow, {"poll": Rearming()},
-        during_dual_write=population(100, "o") + lh, duration_s=6.0, tolerance_s=1.0, settle_s=0.5,
-        long_horizon=[t.id for t in lh], app_writes=(lh, 40.0), stop=stop,
+        memory(),
+        shadow,
+        {"poll": Rearming()},
+        during_dual_write=population(100, "o") + lh,
+        duration_s=6.0,
+        tolerance_s=1.0,
+        settle_s=0.5,
+        long_horizon=[t.id for t in lh],
+        app_writes=(lh, 40.0),
+        stop=stop,
     )
     await task
     windows = result.divergence["windows"]

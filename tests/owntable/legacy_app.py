@@ -44,8 +44,15 @@ class Counts:
 
 
 class LegacyApp:
-    def __init__(self, dsn: str, schema: str, triggers: int = 400, every_s: tuple[int, int] = (2, 6),
-                 tenants: int = 12, seed: int = 7) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        triggers: int = 400,
+        every_s: tuple[int, int] = (2, 6),
+        tenants: int = 12,
+        seed: int = 7,
+    ) -> None:
         self.dsn, self.schema = dsn, schema
         self.triggers, self.every_s, self.tenants = triggers, every_s, tenants
         self.rng = random.Random(seed)
@@ -76,9 +83,16 @@ class LegacyApp:
             conn.execute(self.q["create_indexes"])
             for i in range(0, len(keys), SEED_CHUNK):
                 part = slice(i, i + SEED_CHUNK)
-                conn.execute(self.q["seed_rows"], {"keys": keys[part], "accounts": accounts[part],
-                                                   "first_s": first[part], "every": self.every[part],
-                                                   "blobs": blobs[part]})
+                conn.execute(
+                    self.q["seed_rows"],
+                    {
+                        "keys": keys[part],
+                        "accounts": accounts[part],
+                        "first_s": first[part],
+                        "every": self.every[part],
+                        "blobs": blobs[part],
+                    },
+                )
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, TABLE)))
 
     def start(self) -> None:

@@ -54,13 +54,15 @@ def first_keyword(query: str) -> str:
 
 
 def table_counters(conn: psycopg.Connection, schema: str) -> dict[str, tuple[int, int, int]]:
-    rows = conn.execute("SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables "
-                        "WHERE schemaname = %s", (schema,)).fetchall()
+    rows = conn.execute(
+        "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = %s", (schema,)
+    ).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
 
-def wait_for_counters(conn: psycopg.Connection, schema: str, at_least: tuple[int, int, int],
-                      timeout_s: float = 30.0) -> dict[str, tuple[int, int, int]]:
+def wait_for_counters(
+    conn: psycopg.Connection, schema: str, at_least: tuple[int, int, int], timeout_s: float = 30.0
+) -> dict[str, tuple[int, int, int]]:
     """The schema's counters once the table's have caught up with ``at_least`` (backends flush
     their statistics about once a second and at exit), then read again a moment later."""
     deadline = time.time() + timeout_s
@@ -92,7 +94,9 @@ class LockWatcher(threading.Thread):
                     "SELECT l.locktype, l.mode, l.granted, "
                     "       extract(epoch FROM clock_timestamp() - a.xact_start)::float8 "
                     "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE a.usename = %s AND l.locktype = 'relation'", (self.role,)).fetchall()
+                    "WHERE a.usename = %s AND l.locktype = 'relation'",
+                    (self.role,),
+                ).fetchall()
                 if rows:
                     self.samples_with_locks += 1
                 for locktype, mode, granted, age in rows:
@@ -101,7 +105,9 @@ class LockWatcher(threading.Thread):
                     self.max_xact_age_s = max(self.max_xact_age_s, age or 0.0)
                 xacts = conn.execute(
                     "SELECT max(extract(epoch FROM clock_timestamp() - xact_start))::float8 "
-                    "FROM pg_stat_activity WHERE usename = %s", (self.role,)).fetchone()[0]
+                    "FROM pg_stat_activity WHERE usename = %s",
+                    (self.role,),
+                ).fetchone()[0]
                 self.max_xact_age_s = max(self.max_xact_age_s, xacts or 0.0)
                 time.sleep(0.05)
 
@@ -159,25 +165,51 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
         watcher.start()
         time.sleep(3)  # the first fires and re-inserts happen
 
-        ins = bench("inspect", "--dsn", role_dsn, "--table", table, "--due-column", "run_after", "--watch", "8s",
-                    "--analyze", *GUARDS, "-o", str(tmp_path / "inspect"))
+        ins = bench(
+            "inspect",
+            "--dsn",
+            role_dsn,
+            "--table",
+            table,
+            "--due-column",
+            "run_after",
+            "--watch",
+            "8s",
+            "--analyze",
+            *GUARDS,
+            "-o",
+            str(tmp_path / "inspect"),
+        )
         assert ins.returncode == 0, ins.stdout[-3000:] + ins.stderr[-3000:]
 
         cap_start = time.time()
-        cap = bench("capture", "--dsn", role_dsn, "--table", table, "--map",
-                    "id=job_key,tenant=account_ref,due=run_after,state=cursor_blob", "--watch", "12s", *GUARDS,
-                    "-o", str(tmp_path / "capture"))
+        cap = bench(
+            "capture",
+            "--dsn",
+            role_dsn,
+            "--table",
+            table,
+            "--map",
+            "id=job_key,tenant=account_ref,due=run_after,state=cursor_blob",
+            "--watch",
+            "12s",
+            *GUARDS,
+            "-o",
+            str(tmp_path / "capture"),
+        )
         cap_end = time.time()
         assert cap.returncode == 0, cap.stdout[-3000:] + cap.stderr[-3000:]
         counts = legacy.stop()
         watcher.stop.set()
         watcher.join(timeout=10)
-        after = wait_for_counters(admin, schema, tuple(b + n for b, n in zip(
-            before[TABLE], (counts.inserts, counts.updates, counts.deletes))))
+        after = wait_for_counters(
+            admin, schema, tuple(b + n for b, n in zip(before[TABLE], (counts.inserts, counts.updates, counts.deletes)))
+        )
         statements = admin.execute(
             "SELECT query, calls, max_exec_time, rows FROM pg_stat_statements "
             "WHERE userid = %s AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            (role_oid,)).fetchall()
+            (role_oid,),
+        ).fetchall()
     finally:
         watcher.stop.set()
         legacy.stop()
@@ -219,8 +251,11 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
     # nothing identifying left the database: hashes only, no password anywhere
     text = trace.read_text()
     assert "job-" not in text and "acct-" not in text
-    for out in [ins.stdout + ins.stderr, cap.stdout + cap.stderr,
-                *(p.read_text() for p in tmp_path.rglob("*") if p.is_file())]:
+    for out in [
+        ins.stdout + ins.stderr,
+        cap.stdout + cap.stderr,
+        *(p.read_text() for p in tmp_path.rglob("*") if p.is_file()),
+    ]:
         assert PASSWORD not in out
 
     # -- neither command wrote anything -------------------------------------------------------
@@ -232,9 +267,11 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
 
     # -- and held no lock beyond the timeout ----------------------------------------------------
     slowest_ms = max(t for _, _, t, _ in statements)
-    print(f"statements by {role}: {len(statements)} ({sorted(kinds)}), slowest {slowest_ms:.1f} ms; lock samples "
-          f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} s; "
-          f"loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s")
+    print(
+        f"statements by {role}: {len(statements)} ({sorted(kinds)}), slowest {slowest_ms:.1f} ms; lock samples "
+        f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} s; "
+        f"loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s"
+    )
     assert slowest_ms < STATEMENT_TIMEOUT_MS, slowest_ms
     assert watcher.modes <= {("relation", "AccessShareLock")}, watcher.modes
     assert watcher.max_xact_age_s < STATEMENT_TIMEOUT_MS / 1000.0, watcher.max_xact_age_s
@@ -248,8 +285,18 @@ def test_inspect_without_privileges_completes_and_says_what_it_skipped(pg_dsn, s
     try:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, TABLE))).fetchone()
-        res = bench("inspect", "--dsn", make_conninfo(pg_dsn, user=role), "--table", f"{schema}.{TABLE}",
-                    "--watch", "3s", *GUARDS, "-o", str(tmp_path / "inspect"))
+        res = bench(
+            "inspect",
+            "--dsn",
+            make_conninfo(pg_dsn, user=role),
+            "--table",
+            f"{schema}.{TABLE}",
+            "--watch",
+            "3s",
+            *GUARDS,
+            "-o",
+            str(tmp_path / "inspect"),
+        )
     finally:
         holder.rollback()
         holder.close()
@@ -280,8 +327,19 @@ def test_inspect_gives_up_after_lock_timeout_instead_of_queueing_behind_ddl(pg_d
     locker = psycopg.connect(pg_dsn)
     try:
         locker.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema, TABLE)))
-        res = bench("inspect", "--dsn", pg_dsn, "--table", f"{schema}.{TABLE}", "--watch", "0s", *GUARDS,
-                    "-o", str(tmp_path / "inspect"), timeout=120)
+        res = bench(
+            "inspect",
+            "--dsn",
+            pg_dsn,
+            "--table",
+            f"{schema}.{TABLE}",
+            "--watch",
+            "0s",
+            *GUARDS,
+            "-o",
+            str(tmp_path / "inspect"),
+            timeout=120,
+        )
     finally:
         locker.rollback()
         locker.close()
@@ -291,32 +349,58 @@ def test_inspect_gives_up_after_lock_timeout_instead_of_queueing_behind_ddl(pg_d
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--map", "id=job_key,due=run_after"], "--map lacks tenant"),
-    (["--map", "id=job_key,tenant=account_ref,due=nope"], "has no column 'nope'"),
-    (["--map", "id=job_key,tenant=account_ref,due=account_ref"], "must hold a timestamp or epoch seconds"),
-    (["--map", "id=job_key,tenant=account_ref,due=run_after", "--watch", "0s"], "give --watch"),
-    (["--map", "id=job_key,colour=x,tenant=account_ref,due=run_after"], "bad --map entry 'colour=x'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--map", "id=job_key,due=run_after"], "--map lacks tenant"),
+        (["--map", "id=job_key,tenant=account_ref,due=nope"], "has no column 'nope'"),
+        (["--map", "id=job_key,tenant=account_ref,due=account_ref"], "must hold a timestamp or epoch seconds"),
+        (["--map", "id=job_key,tenant=account_ref,due=run_after", "--watch", "0s"], "give --watch"),
+        (["--map", "id=job_key,colour=x,tenant=account_ref,due=run_after"], "bad --map entry 'colour=x'"),
+    ],
+)
 def test_capture_bad_mapping_is_one_line_and_exit_2(pg_dsn, schema, legacy, tmp_path, args, message):
-    res = bench("capture", "--dsn", pg_dsn, "--table", f"{schema}.{TABLE}", *args, "-o", str(tmp_path / "c"),
-                timeout=120)
+    res = bench(
+        "capture", "--dsn", pg_dsn, "--table", f"{schema}.{TABLE}", *args, "-o", str(tmp_path / "c"), timeout=120
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
 
 
 def test_inspect_unknown_table_is_one_line_and_exit_2(pg_dsn, tmp_path):
-    res = bench("inspect", "--dsn", pg_dsn, "--table", "no_such_schema.no_table", "--watch", "0s",
-                "-o", str(tmp_path / "i"), timeout=120)
+    res = bench(
+        "inspect",
+        "--dsn",
+        pg_dsn,
+        "--table",
+        "no_such_schema.no_table",
+        "--watch",
+        "0s",
+        "-o",
+        str(tmp_path / "i"),
+        timeout=120,
+    )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "not found" in lines[0] and "--table SCHEMA.TABLE" in lines[0], lines
 
 
 def test_inspect_compare_must_name_runs(pg_dsn, tmp_path):
-    res = bench("inspect", "--dsn", pg_dsn, "--table", "pg_catalog.pg_class", "--watch", "0s",
-                "--compare", str(tmp_path / "no-runs-here"), "-o", str(tmp_path / "i"), timeout=120)
+    res = bench(
+        "inspect",
+        "--dsn",
+        pg_dsn,
+        "--table",
+        "pg_catalog.pg_class",
+        "--watch",
+        "0s",
+        "--compare",
+        str(tmp_path / "no-runs-here"),
+        "-o",
+        str(tmp_path / "i"),
+        timeout=120,
+    )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --compare: no run directory at"), lines

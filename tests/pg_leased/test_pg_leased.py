@@ -12,9 +12,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import psycopg
 import pytest
@@ -191,9 +191,7 @@ async def test_slow_heartbeating_owner_keeps_its_rows(pg_dsn, schema):
         rival_runner.start(rival, "rival")
         await asyncio.sleep(FAST["lease_s"] * 2)  # two leases in: only heartbeats keep the rows
         with psycopg.connect(pg_dsn) as conn:
-            owners = conn.execute(
-                f'SELECT owner_id, lease_expires > now() FROM "{schema}".schedule'
-            ).fetchall()
+            owners = conn.execute(f'SELECT owner_id, lease_expires > now() FROM "{schema}".schedule').fetchall()
         assert owners and all(o == ("slow", True) for o in owners), f"leases not held by the live owner: {owners}"
         assert await wait_until(lambda: len(slow.delivered) == 10, slow_s + 5.0), "the slow owner's commit failed"
         await asyncio.sleep(FAST["lease_s"] + FAST["sweep_s"])
@@ -235,7 +233,9 @@ async def test_failed_batch_is_redelivered_after_its_lease(pg_dsn, schema):
         runner.start(proc, "w1")
         ok = await wait_until(lambda: len(proc.inner.delivered) == 5, s.capabilities.redelivery_s + 5.0)
         assert proc.failed == 5 and ok, f"{len(proc.inner.delivered)} of 5 rows of a failed batch came back"
-        assert min(r.received_at for r in proc.inner.received) >= t0 + FAST["lease_s"], "retried before the lease lapsed"
+        assert min(r.received_at for r in proc.inner.received) >= t0 + FAST["lease_s"], (
+            "retried before the lease lapsed"
+        )
     finally:
         await runner.stop_all()
         await s.teardown(drop=True)
@@ -349,9 +349,7 @@ def table_stats(dsn: str, schema: str, min_state_updates: int, timeout_s: float 
 async def test_split_state_updates_are_hot(isolated_dsn, schema, state_bytes, inline_state):
     pg_dsn = isolated_dsn  # see conftest.py: the vacuum horizon of a database of our own
     n, cycles = 200, 5
-    s = await make(
-        pg_dsn, schema, state_bytes=state_bytes, split_state=True, inline_state=inline_state, batch=100
-    )
+    s = await make(pg_dsn, schema, state_bytes=state_bytes, split_state=True, inline_state=inline_state, batch=100)
     proc = StatefulProcessor(state_bytes)
     runner = Runner(s)
     try:

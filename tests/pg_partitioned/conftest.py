@@ -30,8 +30,9 @@ def partition_stats(conn: psycopg.Connection, schema: str, tables: list[str]) ->
     return out
 
 
-async def settled_partition_stats(dsn: str, schema: str, tables: list[str], quiet_s: float = 0.6,
-                                  timeout_s: float = 15.0) -> dict[str, dict[str, int]]:
+async def settled_partition_stats(
+    dsn: str, schema: str, tables: list[str], quiet_s: float = 0.6, timeout_s: float = 15.0
+) -> dict[str, dict[str, int]]:
     """Counters of every table once the writers have flushed them: read until two reads
     ``quiet_s`` apart agree (callers close the writers' connections first; see
     tests/pg_queue/conftest.settled_stats)."""

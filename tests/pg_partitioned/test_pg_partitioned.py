@@ -9,8 +9,8 @@ import asyncio
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import psycopg
 import pytest
@@ -38,8 +38,10 @@ def population(n: int, first_within_s: float, interval_s: tuple[float, float], t
     rng = random.Random(seed)
     now = time.time()
     intervals = {f"trig-{i:05d}": rng.uniform(*interval_s) for i in range(n)}
-    timers = [Timer(tid, now + rng.uniform(0, first_within_s), tenant_id=f"tenant-{i % tenants}")
-              for i, tid in enumerate(intervals)]
+    timers = [
+        Timer(tid, now + rng.uniform(0, first_within_s), tenant_id=f"tenant-{i % tenants}")
+        for i, tid in enumerate(intervals)
+    ]
     return timers, intervals
 
 
@@ -197,13 +199,17 @@ async def test_one_idle_snapshot_keeps_dead_tuples_in_every_partition_until_rele
     for tid, count in proc.fired.items():
         fires[where[tid]] += count
     print(f"\npg_partitioned, {parts} partitions, {n} triggers, {sum(fires.values())} fires under one idle snapshot:")
-    print("partition     fires  dead@2.5s  dead@stop  after VACUUM held  autovacuums  after release+VACUUM"
-          "  | state: dead held  released")
+    print(
+        "partition     fires  dead@2.5s  dead@stop  after VACUUM held  autovacuums  after release+VACUUM"
+        "  | state: dead held  released"
+    )
     for k, t in enumerate(schedules):
         st = states[k]
-        print(f"{t:12} {fires[t]:6} {early[t]['n_dead_tup']:10} {at_stop[t]['n_dead_tup']:10} "
-              f"{held[t]['n_dead_tup']:18} {at_stop[t]['autovacuum_count']:12} "
-              f"{released[t]['n_dead_tup']:21}  | {held[st]['n_dead_tup']:16} {released[st]['n_dead_tup']:9}")
+        print(
+            f"{t:12} {fires[t]:6} {early[t]['n_dead_tup']:10} {at_stop[t]['n_dead_tup']:10} "
+            f"{held[t]['n_dead_tup']:18} {at_stop[t]['autovacuum_count']:12} "
+            f"{released[t]['n_dead_tup']:21}  | {held[st]['n_dead_tup']:16} {released[st]['n_dead_tup']:9}"
+        )
     for k, t in enumerate(schedules):
         # Dead versions grow in every partition at once while firing...
         assert 0 < early[t]["n_dead_tup"] < at_stop[t]["n_dead_tup"], (
@@ -233,7 +239,9 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
     dsn = isolated_dsn
     n, parts, tenants = 2000, 8, 100
     # The claim as it runs in production: pg_leased's default batch, per-tenant cap and tenant scan.
-    claim_opts = {k: PgLeasedScheduler.default_options[k] for k in ("batch", "max_per_tenant", "tenant_scan", "overselect")}
+    claim_opts = {
+        k: PgLeasedScheduler.default_options[k] for k in ("batch", "max_per_tenant", "tenant_scan", "overselect")
+    }
     leased = await make(dsn, "claims_leased", cls=PgLeasedScheduler, **claim_opts)
     parted = await make(dsn, "claims_partitioned", partitions=parts, **claim_opts)
     both = (leased, parted)
@@ -284,8 +292,13 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
             for s in both:
                 await s.arm(spread)
             for s in both:
-                vacuum(conn, s.ctx.schema, ["schedule", "state"] if s is leased else
-                       [partition_name(t, k) for t in ("schedule", "state") for k in range(parts)])
+                vacuum(
+                    conn,
+                    s.ctx.schema,
+                    ["schedule", "state"]
+                    if s is leased
+                    else [partition_name(t, k) for t in ("schedule", "state") for k in range(parts)],
+                )
             probe(conn, "steady, ~1% due")
     finally:
         await holder.close()
@@ -294,14 +307,18 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
         for s in both:
             await s.teardown(drop=True)
 
-    print(f"\nbuffers one claim touches (shared hit + read; EXPLAIN ANALYZE, rolled back), {n} triggers, "
-          f"{tenants} tenants, batch {leased.batch}; pg_leased one table vs pg_partitioned {parts} partitions "
-          f"(fires in part 2: pg_leased {fired[0]}, pg_partitioned {fired[1]}):")
+    print(
+        f"\nbuffers one claim touches (shared hit + read; EXPLAIN ANALYZE, rolled back), {n} triggers, "
+        f"{tenants} tenants, batch {leased.batch}; pg_leased one table vs pg_partitioned {parts} partitions "
+        f"(fires in part 2: pg_leased {fired[0]}, pg_partitioned {fired[1]}):"
+    )
     for label, ((buf, rows), each) in figures.items():
         bufs, got = [b for b, _ in each], [r for _, r in each]
-        print(f"  {label:38} pg_leased {buf:6} for {rows:3} rows ({buf / max(rows, 1):5.1f}/row) | a partition: "
-              f"median {statistics.median(bufs):6.0f}, max {max(bufs):6} for {statistics.median(got):3.0f} rows "
-              f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim {buf / statistics.median(bufs):.1f}x fewer")
+        print(
+            f"  {label:38} pg_leased {buf:6} for {rows:3} rows ({buf / max(rows, 1):5.1f}/row) | a partition: "
+            f"median {statistics.median(bufs):6.0f}, max {max(bufs):6} for {statistics.median(got):3.0f} rows "
+            f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim {buf / statistics.median(bufs):.1f}x fewer"
+        )
     # Asserted per claim where the due range dominates it (a backlog, with or without dead
     # entries): a partition holds 1/N of it, and a full batch comes out of either. The steady
     # case is recorded, not asserted: the fairness branch's per-tenant probes (every tenant has

@@ -6,8 +6,8 @@ import asyncio
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import psycopg
 import pytest

@@ -46,7 +46,9 @@ async def test_each_fire_writes_one_insert_two_updates_one_delete_and_few_are_ho
     await asyncio.wait_for(task, 30)
     elapsed_s = time.time() - started
     await s.teardown(drop=False)
-    assert ok, f"not every trigger fired {cycles} times: {len(proc.fired)} fired, min {min(proc.fired.values(), default=0)}"
+    assert ok, (
+        f"not every trigger fired {cycles} times: {len(proc.fired)} fired, min {min(proc.fired.values(), default=0)}"
+    )
 
     after, toast_after = await settled_stats(pg_dsn, schema, "triggers")
     fires = proc.committed_fires

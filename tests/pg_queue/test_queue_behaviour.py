@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import psycopg
 from psycopg import sql
 
 from schedulers.base import Fire, Outcome, Timer
-from tests.pg_queue.conftest import make_scheduler
 from tests.conformance.helpers import wait_until as _wait_for
+from tests.pg_queue.conftest import make_scheduler
 
 
 @dataclass
@@ -78,8 +78,11 @@ async def test_claim_past_stale_timeout_is_taken_over_and_its_late_commit_fenced
         await slow_s.arm([Timer(f"stale-{i}", time.time() - 0.1) for i in range(5)])
         assert await _wait_for(lambda: len(slow.received) == 5, 5.0)
         with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-            claimed = conn.execute(sql.SQL("SELECT count(*) FROM {}.triggers WHERE claimed_by IS NOT NULL")
-                                   .format(sql.Identifier(ctx.schema))).fetchone()[0]
+            claimed = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.triggers WHERE claimed_by IS NOT NULL").format(
+                    sql.Identifier(ctx.schema)
+                )
+            ).fetchone()[0]
         assert claimed == 5, f"{claimed} rows marked claimed"
         tasks.append(asyncio.create_task(rival_s.run({"poll": rival}, stops[1], worker_id="rival")))
         # A first version has no heartbeat: past stale_claim_s the rival takes the rows.

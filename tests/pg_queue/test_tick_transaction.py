@@ -51,8 +51,12 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
     stop = asyncio.Event()
     task = None
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off)").format(scratch))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT g, 0 FROM generate_series(1, %s) g").format(scratch), (SCRATCH_ROWS,))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off)").format(scratch)
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, 0 FROM generate_series(1, %s) g").format(scratch), (SCRATCH_ROWS,)
+        )
         try:
             await s.arm([Timer(f"tick-{i}", time.time() - 1.0) for i in range(20)])
             task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
@@ -67,11 +71,15 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
                 kept = churn_and_vacuum(conn, schema)
             # the claim committed on its own: visible to others, and no lock an arm() would wait for
             claimed = conn.execute(
-                sql.SQL("SELECT count(*) FROM {} WHERE claimed_by IS NOT NULL").format(sql.Identifier(schema, "triggers"))
+                sql.SQL("SELECT count(*) FROM {} WHERE claimed_by IS NOT NULL").format(
+                    sql.Identifier(schema, "triggers")
+                )
             ).fetchone()[0]
             await asyncio.wait_for(s.arm([Timer("tick-0", time.time() + 3600)]), 5)  # moves an in-flight timer
-            print(f"\nhold_tick_tx={in_tick_tx}: during a slow poll, open ticks {ticks}; VACUUM kept {kept} of "
-                  f"{SCRATCH_ROWS} fresh dead tuples in an unrelated table; {claimed} claims visible to others")
+            print(
+                f"\nhold_tick_tx={in_tick_tx}: during a slow poll, open ticks {ticks}; VACUUM kept {kept} of "
+                f"{SCRATCH_ROWS} fresh dead tuples in an unrelated table; {claimed} claims visible to others"
+            )
             assert claimed == 20, "the claim did not commit before the poll"
             if in_tick_tx:
                 # the tick holding the slow batch; the next tick (every 0.1 s) may be caught
@@ -105,7 +113,9 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
             assert all(n == 1 for n in proc.delivered.values())
             moved = conn.execute(
                 sql.SQL("SELECT extract(epoch FROM next_fire_at) > %s FROM {} WHERE id = 'tick-0'").format(
-                    sql.Identifier(schema, "triggers")), (time.time() + 3000,)
+                    sql.Identifier(schema, "triggers")
+                ),
+                (time.time() + 3000,),
             ).fetchone()
             assert moved == (True,), "the move made during the poll did not survive the batch's commit"
         finally:

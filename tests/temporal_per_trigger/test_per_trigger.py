@@ -15,9 +15,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from schedulers.base import Fire, Outcome, StoreContext, Timer, us
 from schedulers.temporal_per_trigger import TemporalPerTriggerScheduler
@@ -132,7 +132,9 @@ async def test_workflow_continues_as_new_when_the_server_suggests_it(tmp_path, p
     # scheduler's own bound is out of reach, so only the server's suggestion can trigger it.
     from harness.stack import TemporalDev, free_port
 
-    dev = TemporalDev(home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 40})
+    dev = TemporalDev(
+        home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 40}
+    )
     address, _ = await asyncio.to_thread(dev.start, free_port())  # its readiness probe runs its own loop
     try:
         ctx = StoreContext(dsn=pg_dsn, schema=schema, temporal_address=address, state_bytes=64)
@@ -176,8 +178,9 @@ async def test_setup_and_teardown_are_idempotent_and_teardown_ends_the_workflows
     probe = TemporalPerTriggerScheduler(make_ctx(TemporalPerTriggerScheduler), **FAST)
     await probe.setup()  # the same schema and workflow ids
     try:
-        statuses = {(await probe.client.get_workflow_handle(probe.workflow_id(t.id)).describe()).status.name
-                    for t in timers}  # describe reads the execution itself, not eventual visibility
+        statuses = {
+            (await probe.client.get_workflow_handle(probe.workflow_id(t.id)).describe()).status.name for t in timers
+        }  # describe reads the execution itself, not eventual visibility
         assert statuses == {"TERMINATED"}, statuses
         assert await probe.export_armed() == []
     finally:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import psycopg
 import pytest
@@ -25,7 +25,9 @@ from tests.temporal_shards.test_shards import finish, started
 
 
 def batch_gauges(stats: dict[str, float]) -> tuple[dict[int, float], dict[str, float]]:
-    bins = {int(k.removeprefix(BATCH_SIZE_BIN_GAUGE)): v for k, v in stats.items() if k.startswith(BATCH_SIZE_BIN_GAUGE)}
+    bins = {
+        int(k.removeprefix(BATCH_SIZE_BIN_GAUGE)): v for k, v in stats.items() if k.startswith(BATCH_SIZE_BIN_GAUGE)
+    }
     closed = {k.removeprefix(BATCHES_CLOSED_GAUGE): v for k, v in stats.items() if k.startswith(BATCHES_CLOSED_GAUGE)}
     return bins, closed
 
@@ -39,7 +41,9 @@ def test_defaults_are_the_seeds():
     assert d["timer_cap"] == 5000
 
 
-@pytest.mark.parametrize("batch, closed_by", [(TemporalShardsScheduler.default_options["batch"], "max_lag"), (5, "full")])
+@pytest.mark.parametrize(
+    "batch, closed_by", [(TemporalShardsScheduler.default_options["batch"], "max_lag"), (5, "full")]
+)
 async def test_batches_close_at_max_lag_at_a_low_rate_and_on_size_when_small(make_ctx, batch, closed_by):
     # 60 timers due over ~3 s, 20 a second, on one shard with MaxLag 1 s: with the seed's batch
     # of 800 no batch can fill, so every one closes at MaxLag; with batch 5 they close full.
@@ -81,7 +85,9 @@ class Unchanged:
         pass
 
 
-@pytest.mark.parametrize("skip, writes", [(False, 40), (True, 0)], ids=["seed_writes_every_commit", "skip_unchanged_state"])
+@pytest.mark.parametrize(
+    "skip, writes", [(False, 40), (True, 0)], ids=["seed_writes_every_commit", "skip_unchanged_state"]
+)
 async def test_state_write_per_commit_follows_skip_unchanged_state(make_ctx, pg_dsn, schema, skip, writes):
     s = await started(make_ctx, skip_unchanged_state=skip)
     runner = Runner(s)
@@ -137,8 +143,15 @@ async def test_a_shard_nearing_the_payload_limit_splits_and_keeps_every_timer(ma
     # across Continue-As-New. The shard measures its payload, passes its split mark (half the
     # limit), grows the ring and forwards its farthest timers; every Continue-As-New stays under
     # the limit, no workflow fails, no timer is lost, and near timers still fire once.
-    s = await started(make_ctx, shards=1, controller=False, payload_limit_bytes=LIMIT_BYTES, history_bound=40,
-                      util_report_s=0.5, ring_refresh_s=0.2)
+    s = await started(
+        make_ctx,
+        shards=1,
+        controller=False,
+        payload_limit_bytes=LIMIT_BYTES,
+        history_bound=40,
+        util_report_s=0.5,
+        ring_refresh_s=0.2,
+    )
     runner = Runner(s)
     try:
         proc = RecordingProcessor()
@@ -156,17 +169,25 @@ async def test_a_shard_nearing_the_payload_limit_splits_and_keeps_every_timer(ma
 
         async def settled() -> bool:
             st = await s.shard_report()
-            return (st["splits"] >= 1 and st["continue_as_new"] >= 1
-                    and all(v <= LIMIT_BYTES // 2 for k, v in st.items() if k.endswith("_payload_bytes") and k.startswith("shard_")
-                            and not k.endswith("_can_payload_bytes")))
+            return (
+                st["splits"] >= 1
+                and st["continue_as_new"] >= 1
+                and all(
+                    v <= LIMIT_BYTES // 2
+                    for k, v in st.items()
+                    if k.endswith("_payload_bytes") and k.startswith("shard_") and not k.endswith("_can_payload_bytes")
+                )
+            )
 
         deadline = time.time() + 30
         while not await settled() and time.time() < deadline:
             await asyncio.sleep(0.3)
         stats = await s.shard_report()
-        print(f"\nsplit: shards {stats['shards']:.0f}, splits {stats['splits']:.0f}, largest payload measured "
-              f"{stats['max_payload_bytes']:.0f} B, largest at Continue-As-New {stats['max_can_payload_bytes']:.0f} B "
-              f"(limit {LIMIT_BYTES}), Continue-As-New {stats['continue_as_new']:.0f}, postponed {stats['can_postponed']:.0f}")
+        print(
+            f"\nsplit: shards {stats['shards']:.0f}, splits {stats['splits']:.0f}, largest payload measured "
+            f"{stats['max_payload_bytes']:.0f} B, largest at Continue-As-New {stats['max_can_payload_bytes']:.0f} B "
+            f"(limit {LIMIT_BYTES}), Continue-As-New {stats['continue_as_new']:.0f}, postponed {stats['can_postponed']:.0f}"
+        )
         assert await settled(), f"the shards did not split under the split mark: {stats}"
         assert stats["shards"] >= 2
         assert 0 < stats["max_can_payload_bytes"] <= LIMIT_BYTES, stats
@@ -199,8 +220,15 @@ async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_
     # several pollers, none over the share; every timer fires once. (split_payload_frac 1: the
     # shard's own payload, ~14 KB, stays under its split mark, so the ring does not grow.)
     limit = 20_000
-    s = await started(make_ctx, shards=1, controller=False, batch=800, max_lag_s=1.0,
-                      payload_limit_bytes=limit, split_payload_frac=1.0)
+    s = await started(
+        make_ctx,
+        shards=1,
+        controller=False,
+        batch=800,
+        max_lag_s=1.0,
+        payload_limit_bytes=limit,
+        split_payload_frac=1.0,
+    )
     runner = Runner(s)
     try:
         proc = RecordingProcessor()
@@ -213,8 +241,10 @@ async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_
         stats = await s.shard_report()
         bins, closed = batch_gauges(stats)
         sizes = [len(b) for b in proc.batches]
-        print(f"\n200 timers due at once, payload limit {limit} B: batches of {sorted(sizes)}, closed {closed}, "
-              f"shards {stats['shards']:.0f}, splits {stats['splits']:.0f}")
+        print(
+            f"\n200 timers due at once, payload limit {limit} B: batches of {sorted(sizes)}, closed {closed}, "
+            f"shards {stats['shards']:.0f}, splits {stats['splits']:.0f}"
+        )
         assert stats["batched_timers"] == 200 and stats["batches"] == len(proc.batches)
         assert len(proc.batches) >= 3, f"one flush of ~14 KB went to {len(proc.batches)} pollers"
         assert max(bins) <= 100, bins  # every piece well under 800
@@ -229,7 +259,9 @@ async def test_a_timer_over_the_seeds_2mb_limit_is_refused_with_the_fix(make_ctx
     s = await started(make_ctx)
     try:
         assert s.options["payload_limit_bytes"] == 2 * 1024 * 1024
-        with pytest.raises(ValueError, match=r"over the 524288-byte share of payload_limit_bytes=2097152.*raise payload_limit_bytes"):
+        with pytest.raises(
+            ValueError, match=r"over the 524288-byte share of payload_limit_bytes=2097152.*raise payload_limit_bytes"
+        ):
             await s.arm([Timer("huge", time.time() + 60, tenant_id="t" * (2 * 1024 * 1024 + 1))])
         await s.arm([Timer("ordinary", time.time() + 60)])  # the scheduler is still usable
         async with s.pool.connection() as conn:

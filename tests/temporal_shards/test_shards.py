@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
-
 
 from schedulers.base import Fire, Outcome, Timer, us
 from schedulers.temporal_shards import TemporalShardsScheduler
@@ -248,7 +247,9 @@ async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_d
     from harness.stack import TemporalDev, free_port
     from schedulers.base import StoreContext
 
-    dev = TemporalDev(home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 200})
+    dev = TemporalDev(
+        home=tmp_path, name="temporal-can", dynamic_config={"limit.historyCount.suggestContinueAsNew": 200}
+    )
     address, _ = await asyncio.to_thread(dev.start, free_port())  # its readiness probe runs its own loop
     try:
         ctx = StoreContext(dsn=pg_dsn, schema=schema, temporal_address=address, state_bytes=64)

@@ -18,20 +18,36 @@ WORKLOAD = {"name": "w", "rate_per_s": 0.5, "on_time_s": 2.0, "cadence": "fixed"
 
 
 def row(tid, due, fired, armed=0.0, attempt=1, effect=False, external=False, held=None):
-    return {"timer_id": tid, "tenant_id": "t", "type": "poll", "due_at": due, "armed_at": armed,
-            "fired_at": fired, "lag_s": None if fired is None else fired - max(due, armed),
-            "attempt": 0 if fired is None else attempt, "worker": "w" if fired is not None else "",
-            "batch": 0 if fired is not None else -1, "effect_delivered": effect,
-            "warmup": (fired if fired is not None else due) < WINDOW["measure_start"],
-            "external_effect": external, "held_at_end": held}
+    return {
+        "timer_id": tid,
+        "tenant_id": "t",
+        "type": "poll",
+        "due_at": due,
+        "armed_at": armed,
+        "fired_at": fired,
+        "lag_s": None if fired is None else fired - max(due, armed),
+        "attempt": 0 if fired is None else attempt,
+        "worker": "w" if fired is not None else "",
+        "batch": 0 if fired is not None else -1,
+        "effect_delivered": effect,
+        "warmup": (fired if fired is not None else due) < WINDOW["measure_start"],
+        "external_effect": external,
+        "held_at_end": held,
+    }
 
 
 def write_run(tmp_path, rows, load=None):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    rundir.write_json(run_dir / rundir.CONFIG, {"scheduler": "x", "workload": WORKLOAD, "window": WINDOW,
-                                               "load": load or {"periodic_triggers": 5, "interval_max_s": 10.0,
-                                                                "skipped_periods_in_window": 0}})
+    rundir.write_json(
+        run_dir / rundir.CONFIG,
+        {
+            "scheduler": "x",
+            "workload": WORKLOAD,
+            "window": WINDOW,
+            "load": load or {"periodic_triggers": 5, "interval_max_s": 10.0, "skipped_periods_in_window": 0},
+        },
+    )
     cols = {name: [r[name] for r in rows] for name in rundir.FIRES_SCHEMA.names}
     pq.write_table(pa.table(cols, schema=rundir.FIRES_SCHEMA), run_dir / rundir.FIRES)
     return run_dir
@@ -85,7 +101,9 @@ def test_rates_offered_against_achieved_and_target(tmp_path):
 def test_lost_fires_and_duplicate_keyed_effects_fail_the_run(tmp_path):
     s = rundir.compute_summary(write_run(tmp_path, ROWS))
     assert s["correct"] is False
-    assert any("2 fires lost" in f for f in s["failures"]) and any("1 duplicate keyed effects" in f for f in s["failures"])
+    assert any("2 fires lost" in f for f in s["failures"]) and any(
+        "1 duplicate keyed effects" in f for f in s["failures"]
+    )
     assert (s["duplicate_fires"], s["duplicate_effects"], s["redelivered_fires"]) == (2, 1, 2)
     assert (s["external_effects"], s["duplicate_external_effects"]) == (2, 1)
     ok = [r for r in ROWS if r["timer_id"] not in ("d", "e")]
@@ -100,10 +118,14 @@ def test_cycles_per_trigger_and_steady_state(tmp_path):
     assert s["cycles_per_trigger"] == pytest.approx(7 / 5) and s["steady_state"] is False
     assert any("not steady state: 1.40 cycles per trigger" in w for w in s["warnings"])
     (tmp_path / "steady").mkdir()
-    s = rundir.compute_summary(write_run(tmp_path / "steady", ROWS, load={"periodic_triggers": 3, "interval_max_s": 10.0}))
+    s = rundir.compute_summary(
+        write_run(tmp_path / "steady", ROWS, load={"periodic_triggers": 3, "interval_max_s": 10.0})
+    )
     assert s["cycles_per_trigger"] == pytest.approx(7 / 3) and s["steady_state"] is True
     (tmp_path / "short").mkdir()  # enough cycles, but the warm-up (10 s) is shorter than the longest interval
-    s = rundir.compute_summary(write_run(tmp_path / "short", ROWS, load={"periodic_triggers": 3, "interval_max_s": 30.0}))
+    s = rundir.compute_summary(
+        write_run(tmp_path / "short", ROWS, load={"periodic_triggers": 3, "interval_max_s": 30.0})
+    )
     assert s["steady_state"] is False and any("shorter than the longest interval" in w for w in s["warnings"])
 
 

@@ -16,15 +16,29 @@ FIRES = 100
 
 def write_samples(run_dir: Path, rows: list[tuple[float, str, str, float]]) -> None:
     t, scope, metric, value = zip(*rows)
-    pq.write_table(pa.table({"t": list(t), "elapsed_s": [x - START for x in t], "scope": list(scope),
-                             "metric": list(metric), "value": list(value)}, schema=rundir.SAMPLES_SCHEMA),
-                   run_dir / rundir.SAMPLES)
+    pq.write_table(
+        pa.table(
+            {
+                "t": list(t),
+                "elapsed_s": [x - START for x in t],
+                "scope": list(scope),
+                "metric": list(metric),
+                "value": list(value),
+            },
+            schema=rundir.SAMPLES_SCHEMA,
+        ),
+        run_dir / rundir.SAMPLES,
+    )
 
 
 def cumulative(scope: str, metric: str, at_start: float, at_end: float) -> list[tuple[float, str, str, float]]:
     # a sample before the window, one at each edge, one after: the edges' difference is the window's
-    return [(START - 3, scope, metric, 0.0), (START + 0.01, scope, metric, at_start),
-            (END + 0.01, scope, metric, at_end), (END + 2, scope, metric, at_end * 9)]
+    return [
+        (START - 3, scope, metric, 0.0),
+        (START + 0.01, scope, metric, at_start),
+        (END + 0.01, scope, metric, at_end),
+        (END + 2, scope, metric, at_end * 9),
+    ]
 
 
 def run_dir_with(tmp_path: Path, rows) -> dict:

@@ -20,9 +20,11 @@ def notes(checkpoint: dict | None) -> str:
 
 def test_a_checkpoint_that_ran_into_the_window_says_when_it_was_asked_for():
     assert "CHECKPOINT before the measured window finished 4.0 s into the measured window" in notes(
-        {"mode": "window", "requested_at": START - 5, "finished_at": START + 4, "error": None})
+        {"mode": "window", "requested_at": START - 5, "finished_at": START + 4, "error": None}
+    )
     assert "CHECKPOINT at the start of the warm-up finished 75.5 s into the measured window" in notes(
-        {"mode": "warmup", "requested_at": START - 60, "finished_at": START + 75.5, "error": None})
+        {"mode": "warmup", "requested_at": START - 60, "finished_at": START + 75.5, "error": None}
+    )
 
 
 def test_a_checkpoint_before_the_window_that_finished_in_time_needs_no_note():
@@ -37,8 +39,15 @@ def test_warmup_and_off_say_what_they_change_in_the_full_page_images():
 
 
 def plan(extra: list[str]) -> CapacityPlan:
-    return CapacityPlan(scheduler="pg_leased", slo=None, search=Search(start=100.0), duration="30s", warmup_s=20.0,
-                        workload=None, extra_args=extra)
+    return CapacityPlan(
+        scheduler="pg_leased",
+        slo=None,
+        search=Search(start=100.0),
+        duration="30s",
+        warmup_s=20.0,
+        workload=None,
+        extra_args=extra,
+    )
 
 
 def test_capacity_steps_checkpoint_at_the_start_of_the_warmup_unless_told():

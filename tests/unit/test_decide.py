@@ -127,10 +127,14 @@ def samples(n_tup_upd: tuple[float, float], n_dead: tuple[float, float], sizes: 
 
 
 def test_projections_are_the_per_fire_figures_times_the_rate():
-    summary = {"measured_s": 100.0, "fires": 1000, "target_rate": 10.0,
-               "per_fire": {"wal_bytes": 2000.0, "row_writes": 4.0},
-               "bill": {"bytes_written": 9000.0, "stores": ["postgres", "temporal"]},
-               "servers": {"temporal": {"per_fire": {"persistence_requests": 6.0, "persistence_writes": 3.0}}}}
+    summary = {
+        "measured_s": 100.0,
+        "fires": 1000,
+        "target_rate": 10.0,
+        "per_fire": {"wal_bytes": 2000.0, "row_writes": 4.0},
+        "bill": {"bytes_written": 9000.0, "stores": ["postgres", "temporal"]},
+        "servers": {"temporal": {"per_fire": {"persistence_requests": 6.0, "persistence_writes": 3.0}}},
+    }
     # 2,000 updates (2 per fire), dead tuples up by 500; the size grows 10 bytes a second exactly
     smp = samples((0.0, 2000.0), (100.0, 600.0), [1e6 + 10.0 * s for s in np.linspace(0, 100, 11)])
     out = {p.figure: p for p in projections(summary, smp, {"measure_start": START, "measure_end": END}, rate=556.0)}
@@ -162,8 +166,15 @@ def test_a_projection_far_from_the_measured_rate_says_which_way_it_errs():
 
 
 def test_a_figure_not_measured_says_so():
-    out = {p.figure: p for p in projections({"measured_s": 60.0, "fires": 10, "per_fire": {}}, pd.DataFrame(),
-                                            {"measure_start": START, "measure_end": END}, rate=5.0)}
+    out = {
+        p.figure: p
+        for p in projections(
+            {"measured_s": 60.0, "fires": 10, "per_fire": {}},
+            pd.DataFrame(),
+            {"measure_start": START, "measure_end": END},
+            rate=5.0,
+        )
+    }
     assert out["WAL (GB/day)"].value is None and out["WAL (GB/day)"].why
     assert out["table + index growth (GB/day)"].value is None
 
@@ -171,17 +182,46 @@ def test_a_figure_not_measured_says_so():
 # -- runs for the gate and the recommendation ----------------------------------------------------
 
 
-def run(label: str, p99_ms: float, wal: float, lost: int = 0, bytes_per_fire: float | None = None,
-        scheduler: str | None = None, max_lag_s: float = 2.0, log: pd.DataFrame | None = None, hot: float = 0.5) -> Run:
-    summary = {"complete": True, "scheduler": scheduler or label, "target_rate": 100.0, "achieved_rate": 100.0,
-               "offered_rate": 100.0, "rate_held": True, "measured_s": 100.0, "fires": 10_000,
-               "lag_ms": {"p50": p99_ms / 4, "p90": p99_ms / 2, "p99": p99_ms, "p999": p99_ms, "max": p99_ms},
-               "outcomes": {"due": 10_000, "on_time": 10_000 - lost, "late": 0, "pending": 0, "lost": lost},
-               "per_fire": {"wal_bytes": wal, "row_writes": 2.0}, "hot_ratio": hot, "duplicate_effects": 0,
-               "bill": {"bytes_written": bytes_per_fire, "stores": ["postgres"]}, "warnings": []}
-    return Run(path=Path(f"/runs/20261130-000000-{label}"), config={"scheduler": scheduler or label,
-               "capabilities": {"max_lag_s": max_lag_s}, "window": {"measure_start": START, "measure_end": END}},
-               summary=summary, fires=fair_log() if log is None else log, samples=pd.DataFrame(), label=label)
+def run(
+    label: str,
+    p99_ms: float,
+    wal: float,
+    lost: int = 0,
+    bytes_per_fire: float | None = None,
+    scheduler: str | None = None,
+    max_lag_s: float = 2.0,
+    log: pd.DataFrame | None = None,
+    hot: float = 0.5,
+) -> Run:
+    summary = {
+        "complete": True,
+        "scheduler": scheduler or label,
+        "target_rate": 100.0,
+        "achieved_rate": 100.0,
+        "offered_rate": 100.0,
+        "rate_held": True,
+        "measured_s": 100.0,
+        "fires": 10_000,
+        "lag_ms": {"p50": p99_ms / 4, "p90": p99_ms / 2, "p99": p99_ms, "p999": p99_ms, "max": p99_ms},
+        "outcomes": {"due": 10_000, "on_time": 10_000 - lost, "late": 0, "pending": 0, "lost": lost},
+        "per_fire": {"wal_bytes": wal, "row_writes": 2.0},
+        "hot_ratio": hot,
+        "duplicate_effects": 0,
+        "bill": {"bytes_written": bytes_per_fire, "stores": ["postgres"]},
+        "warnings": [],
+    }
+    return Run(
+        path=Path(f"/runs/20261130-000000-{label}"),
+        config={
+            "scheduler": scheduler or label,
+            "capabilities": {"max_lag_s": max_lag_s},
+            "window": {"measure_start": START, "measure_end": END},
+        },
+        summary=summary,
+        fires=fair_log() if log is None else log,
+        samples=pd.DataFrame(),
+        label=label,
+    )
 
 
 def gate(base: list[Run], cand: list[Run], text: str):
@@ -223,10 +263,16 @@ def test_a_figure_the_candidate_lacks_fails_the_gate():
     assert v.failed and "do not have this figure" in v.lines[0].why
 
 
-@pytest.mark.parametrize("text, fix", [
-    ("lag_p99>+15", "unit"), ("bogus>1", "unknown figure"), ("lag_p99 1s", "NAME OP VALUE"),
-    ("lost>5pp", "not a ratio"), ("wal_per_fire<2s", "not a duration"),
-])
+@pytest.mark.parametrize(
+    "text, fix",
+    [
+        ("lag_p99>+15", "unit"),
+        ("bogus>1", "unknown figure"),
+        ("lag_p99 1s", "NAME OP VALUE"),
+        ("lost>5pp", "not a ratio"),
+        ("wal_per_fire<2s", "not a duration"),
+    ],
+)
 def test_bad_thresholds_say_what_is_wrong(text, fix):
     with pytest.raises(ReportError, match=fix):
         parse_thresholds(text, "--fail-on", allow_relative=True)
@@ -241,9 +287,11 @@ def test_slo_takes_absolute_values_only():
 
 
 def test_the_cheapest_design_that_meets_the_slo_is_the_pick_and_changes_with_the_figures():
-    runs = [run("pg_queue", 1800.0, 14000.0, bytes_per_fire=17000.0),
-            run("pg_leased", 500.0, 7000.0, bytes_per_fire=8000.0),
-            run("temporal_shards", 6000.0, 600.0, bytes_per_fire=25000.0, max_lag_s=7.0)]
+    runs = [
+        run("pg_queue", 1800.0, 14000.0, bytes_per_fire=17000.0),
+        run("pg_leased", 500.0, 7000.0, bytes_per_fire=8000.0),
+        run("temporal_shards", 6000.0, 600.0, bytes_per_fire=25000.0, max_lag_s=7.0),
+    ]
     rec = recommend(runs)
     assert rec.choice == "pg_leased" and rec.cost_figure.startswith("bytes written")
     assert any("pg_queue" in w and "runner-up" in w for w in rec.why)
@@ -258,8 +306,10 @@ def test_the_cheapest_design_that_meets_the_slo_is_the_pick_and_changes_with_the
 
 
 def test_fairness_is_part_of_the_default_slo():
-    runs = [run("unfair", 500.0, 1000.0, bytes_per_fire=1000.0, log=starved_log()),
-            run("fair", 500.0, 2000.0, bytes_per_fire=2000.0)]
+    runs = [
+        run("unfair", 500.0, 1000.0, bytes_per_fire=1000.0, log=starved_log()),
+        run("fair", 500.0, 2000.0, bytes_per_fire=2000.0),
+    ]
     rec = recommend(runs)
     assert rec.choice == "fair"
     assert any("unfair does not meet" in w and "jain" in w for w in rec.why)
@@ -280,32 +330,64 @@ def write_run(root: Path, name: str, p99_ms: float) -> Path:
     rundir.write_json(d / rundir.CONFIG, {**r.config, "workload": {"name": "smoke"}})
     rundir.write_json(d / rundir.SUMMARY, r.summary)
     rundir.write_parquet_atomic(pa.Table.from_pandas(fair_log(), preserve_index=False), d / rundir.FIRES)
-    rundir.write_parquet_atomic(pa.table({"t": [START], "elapsed_s": [0.0], "scope": ["run"], "metric": ["fires_per_s"],
-                                          "value": [1.0]}), d / rundir.SAMPLES)
+    rundir.write_parquet_atomic(
+        pa.table({"t": [START], "elapsed_s": [0.0], "scope": ["run"], "metric": ["fires_per_s"], "value": [1.0]}),
+        d / rundir.SAMPLES,
+    )
     return d
 
 
 def bench_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from bench.cli import main; main()", "report", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", "from bench.cli import main; main()", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bench_report_fail_on_exit_codes(tmp_path):
     base = write_run(tmp_path / "base", "20261130-000000-pg_leased", 1000.0)
     good = write_run(tmp_path / "new", "20261130-000100-pg_leased", 1050.0)
     bad = write_run(tmp_path / "bad", "20261130-000200-pg_leased", 2000.0)
-    ok = bench_report(str(base), str(good), "--baseline", str(tmp_path / "base"), "--fail-on", "lag_p99>+15%,lost>0",
-                      "-o", str(tmp_path / "ok.html"))
+    ok = bench_report(
+        str(base),
+        str(good),
+        "--baseline",
+        str(tmp_path / "base"),
+        "--fail-on",
+        "lag_p99>+15%,lost>0",
+        "-o",
+        str(tmp_path / "ok.html"),
+    )
     assert ok.returncode == 0, ok.stderr
     assert "PASS" in (tmp_path / "gate.md").read_text()
-    no = bench_report(str(base), str(bad), "--baseline", str(tmp_path / "base"), "--fail-on", "lag_p99>+15%",
-                      "-o", str(tmp_path / "no.html"), "--gate-markdown", str(tmp_path / "verdict.md"))
+    no = bench_report(
+        str(base),
+        str(bad),
+        "--baseline",
+        str(tmp_path / "base"),
+        "--fail-on",
+        "lag_p99>+15%",
+        "-o",
+        str(tmp_path / "no.html"),
+        "--gate-markdown",
+        str(tmp_path / "verdict.md"),
+    )
     assert no.returncode == 3, no.stdout + no.stderr
     verdict = (tmp_path / "verdict.md").read_text()
     assert "FAIL" in verdict and "`lag_p99>+15%`" in verdict
     page = (tmp_path / "no.html").read_text()
     assert 'id="gate"' in page and 'id="recommendation"' in page and 'id="fairness"' in page
-    bad_input = bench_report(str(base), str(good), "--baseline", str(tmp_path / "base"), "--fail-on", "lag_p99>+15",
-                             "-o", str(tmp_path / "x.html"))
+    bad_input = bench_report(
+        str(base),
+        str(good),
+        "--baseline",
+        str(tmp_path / "base"),
+        "--fail-on",
+        "lag_p99>+15",
+        "-o",
+        str(tmp_path / "x.html"),
+    )
     assert bad_input.returncode == 2 and "give lag_p99 a unit" in bad_input.stderr
     assert "Traceback" not in bad_input.stderr

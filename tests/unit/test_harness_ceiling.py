@@ -7,18 +7,37 @@ from reports import harness_ceiling
 from reports.load import load_runs
 from reports.tables import run_checks
 
-SHAPE = {"name": "production", "interval_min_s": 60.0, "interval_max_s": 120.0, "state_bytes": 4096,
-         "latency_median_ms": 120.0, "latency_p99_ms": 900.0, "cadence": "fixed"}
+SHAPE = {
+    "name": "production",
+    "interval_min_s": 60.0,
+    "interval_max_s": 120.0,
+    "state_bytes": 4096,
+    "latency_median_ms": 120.0,
+    "latency_p99_ms": 900.0,
+    "cadence": "fixed",
+}
 
 
 def make_run(parent, name, scheduler, rate, achieved, held=True, calibrates=None, started_at=0.0, **shape):
     d = parent / name
     d.mkdir(parents=True)
     workload = {**SHAPE, **shape, "rate_per_s": rate}
-    config = {"scheduler": scheduler, "workload": workload, "started_at": started_at,
-              "calibration": None if calibrates is None else {"for_rate": calibrates, "factor": rate / calibrates}}
-    summary = {"scheduler": scheduler, "complete": True, "correct": True, "target_rate": rate, "offered_rate": rate,
-               "achieved_rate": achieved, "rate_held": held, "harness": {"cores": 0.42}}
+    config = {
+        "scheduler": scheduler,
+        "workload": workload,
+        "started_at": started_at,
+        "calibration": None if calibrates is None else {"for_rate": calibrates, "factor": rate / calibrates},
+    }
+    summary = {
+        "scheduler": scheduler,
+        "complete": True,
+        "correct": True,
+        "target_rate": rate,
+        "offered_rate": rate,
+        "achieved_rate": achieved,
+        "rate_held": held,
+        "harness": {"cores": 0.42},
+    }
     (d / "config.json").write_text(json.dumps(config))
     (d / "summary.json").write_text(json.dumps(summary))
     return d
@@ -88,10 +107,19 @@ def test_a_capacity_search_states_the_harness_ceiling_at_three_times_the_rate_fo
 
     cal = make_run(tmp_path, "20260101-000009-memory", "memory", 15000, 9000, held=False, calibrates=5000)
     got = capacity_harness(ChildRun(["bench", "run"], 0, cal), 5000.0)
-    assert got == {"for_rate": 5000.0, "run_dir": str(cal), "exit_code": 0, "interrupted": False,
-                   "offered": 15000, "achieved": 9000, "held": False, "cores": 0.42}
+    assert got == {
+        "for_rate": 5000.0,
+        "run_dir": str(cal),
+        "exit_code": 0,
+        "interrupted": False,
+        "offered": 15000,
+        "achieved": 9000,
+        "held": False,
+        "cores": 0.42,
+    }
     data = {"scheduler": "pg_leased", "search": {"rate": 5000.0}, "harness": got}
     text = " ".join(str(b.text) for b in blocks(tmp_path / "capacity.json", data))
     assert "did not hold 15,000 fires/s" in text and "may be the harness's limit" in text
     assert "Harness ceiling: not measured" in " ".join(
-        str(b.text) for b in blocks(tmp_path / "capacity.json", {"scheduler": "pg_leased", "search": {}}))
+        str(b.text) for b in blocks(tmp_path / "capacity.json", {"scheduler": "pg_leased", "search": {}})
+    )

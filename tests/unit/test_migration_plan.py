@@ -24,17 +24,20 @@ def test_trailing_untimed_steps_spread_up_to_the_end_of_the_run():
     assert [t for _, t in plan.schedule(s, 45.0)] == [0.0, 5.0, 25.0]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("backfill,dual-write", "backfill must come after dual-write"),
-    ("dual-write,switch-execution", "only after dual-write and backfill"),
-    ("dual-write,backfill,stop-old-writes", "only while the new one executes"),
-    ("dual-write,backfill,rollback", "nothing to roll back"),
-    ("dual-write,backfill,switch-execution@30s,stop-old-writes@20s", "time order"),
-    ("dual-write,backfil", "unknown step 'backfil'"),
-    ("dual-write,backfill,switch-execution@soon", "bad time"),
-    ("dual-write,dual-write", "already started"),
-    ("", "names no step"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("backfill,dual-write", "backfill must come after dual-write"),
+        ("dual-write,switch-execution", "only after dual-write and backfill"),
+        ("dual-write,backfill,stop-old-writes", "only while the new one executes"),
+        ("dual-write,backfill,rollback", "nothing to roll back"),
+        ("dual-write,backfill,switch-execution@30s,stop-old-writes@20s", "time order"),
+        ("dual-write,backfil", "unknown step 'backfil'"),
+        ("dual-write,backfill,switch-execution@soon", "bad time"),
+        ("dual-write,dual-write", "already started"),
+        ("", "names no step"),
+    ],
+)
 def test_a_plan_out_of_order_is_refused_naming_the_step(text, needle):
     with pytest.raises(plan.PlanError, match=needle):
         steps(text)
@@ -54,8 +57,12 @@ def test_plan_file_takes_strings_and_mappings(tmp_path):
     f = tmp_path / "plan.yaml"
     f.write_text("steps:\n  - dual-write\n  - backfill\n  - switch-execution@20s\n  - {step: rollback, at: 40s}\n")
     s = plan.load_plan(f, parse_duration)
-    assert [(x.kind, x.at_s) for x in s] == [("dual-write", None), ("backfill", None), ("switch-execution", 20.0),
-                                             ("rollback", 40.0)]
+    assert [(x.kind, x.at_s) for x in s] == [
+        ("dual-write", None),
+        ("backfill", None),
+        ("switch-execution", 20.0),
+        ("rollback", 40.0),
+    ]
     f.write_text("steps: dual-write\n")
     with pytest.raises(plan.PlanError, match="non-empty list"):
         plan.load_plan(f, parse_duration)

@@ -21,20 +21,51 @@ from reports.diagnosis import diagnose, measured
 
 
 def counters(t: float, ins=0, upd=0, hot=0, dele=0, live=1000, dead=0, av=0) -> dict:
-    return {"read_at_s": t, "n_tup_ins": ins, "n_tup_upd": upd, "n_tup_hot_upd": hot, "n_tup_del": dele,
-            "n_live_tup": live, "n_dead_tup": dead, "vacuum_count": 0, "autovacuum_count": av, "seq_scan": 0,
-            "idx_scan": 0, "last_autovacuum_s": None}
+    return {
+        "read_at_s": t,
+        "n_tup_ins": ins,
+        "n_tup_upd": upd,
+        "n_tup_hot_upd": hot,
+        "n_tup_del": dele,
+        "n_live_tup": live,
+        "n_dead_tup": dead,
+        "vacuum_count": 0,
+        "autovacuum_count": av,
+        "seq_scan": 0,
+        "idx_scan": 0,
+        "last_autovacuum_s": None,
+    }
 
 
-def inspection(*, ins=0, upd=0, hot=0, dele=0, live=1000, dead=0, indexes=6, toast_bytes=0, heap_bytes=8192 * 100,
-               holders=(), hidden=0, due=None, bloat=None, idx=()) -> dict:
+def inspection(
+    *,
+    ins=0,
+    upd=0,
+    hot=0,
+    dele=0,
+    live=1000,
+    dead=0,
+    indexes=6,
+    toast_bytes=0,
+    heap_bytes=8192 * 100,
+    holders=(),
+    hidden=0,
+    due=None,
+    bloat=None,
+    idx=(),
+) -> dict:
     table = relation_churn(counters(0.0, live=live), counters(100.0, ins, upd, hot, dele, live, dead))
     return {
         "shape": {"index_count": indexes, "toast_bytes": toast_bytes, "heap_bytes": heap_bytes, "row_estimate": live},
         "settings": {"autovacuum_naptime": "60 s"},
         "churn": {"table": table, "toast": None, "indexes": list(idx)},
-        "horizon": {"holders": list(holders), "hidden_sessions": hidden, "samples": 3,
-                    "oldest_running_xid_behind": 0, "oldest_running_age_s_estimated": None},
+        "horizon": {
+            "holders": list(holders),
+            "hidden_sessions": hidden,
+            "samples": 3,
+            "oldest_running_xid_behind": 0,
+            "oldest_running_age_s_estimated": None,
+        },
         "bloat": bloat or {"method": "estimate (statistics)", "heap": {}},
         "due_scan": due,
     }
@@ -66,16 +97,25 @@ def test_low_hot_needs_both_a_low_ratio_and_many_indexes():
 
 
 def test_wide_toast_prefers_pgstattuple_and_falls_back_to_sizes():
-    exact = {"method": "exact (pgstattuple)", "heap": {"tuple_count": 1000, "dead_tuple_count": 10},
-             "toast": {"tuple_len": 4_200_000}}
+    exact = {
+        "method": "exact (pgstattuple)",
+        "heap": {"tuple_count": 1000, "dead_tuple_count": 10},
+        "toast": {"tuple_len": 4_200_000},
+    }
     f = finding(inspection(bloat=exact), "wide_toasted_rows")
     assert f.shown is True and "exact (pgstattuple)" in f.figure and f.evidence["toast_bytes_per_row"] == 4200
     assert finding(inspection(toast_bytes=200_000), "wide_toasted_rows").shown is False  # 200 B a row
 
 
 def test_horizon_held_longer_than_the_naptime_is_shown_with_its_holder():
-    old = {"kind": "idle in transaction", "pid": 42, "age_s": 300.0, "age_estimated": False, "xid_age": 5000,
-           "same_database": True}
+    old = {
+        "kind": "idle in transaction",
+        "pid": 42,
+        "age_s": 300.0,
+        "age_estimated": False,
+        "xid_age": 5000,
+        "same_database": True,
+    }
     f = finding(inspection(holders=[old], ins=10, dele=10), "horizon_held")
     assert f.shown is True and "idle in transaction (pid 42)" in f.figure and "300.0 s" in f.figure
     young = dict(old, age_s=2.0)
@@ -88,9 +128,16 @@ def test_horizon_held_longer_than_the_naptime_is_shown_with_its_holder():
 
 
 def test_due_scan_reads_dead_per_live_index_entries_and_buffers():
-    due = {"due_column": "run_after", "guessed": False, "due_index": "jobs_run_after",
-           "plan": {"node_types": ["Limit", "Index Only Scan"], "index_used": "jobs_run_after",
-                    "access": [{"node": "Index Only Scan", "index": "jobs_run_after", "estimated_rows": 800}]}}
+    due = {
+        "due_column": "run_after",
+        "guessed": False,
+        "due_index": "jobs_run_after",
+        "plan": {
+            "node_types": ["Limit", "Index Only Scan"],
+            "index_used": "jobs_run_after",
+            "access": [{"node": "Index Only Scan", "index": "jobs_run_after", "estimated_rows": 800}],
+        },
+    }
     f = finding(inspection(live=1000, dead=5000, due=due), "due_scan_dead_tuples")
     assert f.shown is True and "5.00 dead per live" in f.figure and "Index Only Scan using jobs_run_after" in f.figure
     assert finding(inspection(live=1000, dead=100, due=due), "due_scan_dead_tuples").shown is False
@@ -104,14 +151,41 @@ def test_due_scan_reads_dead_per_live_index_entries_and_buffers():
 
 
 def test_measured_runs_are_cited_with_their_figures():
-    runs = [SimpleNamespace(label="pg_queue", scheduler="pg_queue", path=Path("runs/a-pg_queue"), config={},
-                            summary={"hot_ratio": 0.037, "per_fire": {"inserts": 1.02, "updates": 1.97, "deletes": 0.97},
-                                     "dead_tuples": {"table_peak": 125272}, "lag_ms": {"p99": 1074.0}}),
-            SimpleNamespace(label="temporal_shards", scheduler="temporal_shards", path=Path("runs/b-temporal_shards"),
-                            config={}, summary={"hot_ratio": 1.0, "per_fire": {}, "dead_tuples": {}, "lag_ms": {},
-                                                "faults": [{"kind": "hold-snapshot", "fired": True,
-                                                            "spec": "hold-snapshot@10s:60s", "lag_peak_ms": 9000.0,
-                                                            "late_fires": 0}]})]
+    runs = [
+        SimpleNamespace(
+            label="pg_queue",
+            scheduler="pg_queue",
+            path=Path("runs/a-pg_queue"),
+            config={},
+            summary={
+                "hot_ratio": 0.037,
+                "per_fire": {"inserts": 1.02, "updates": 1.97, "deletes": 0.97},
+                "dead_tuples": {"table_peak": 125272},
+                "lag_ms": {"p99": 1074.0},
+            },
+        ),
+        SimpleNamespace(
+            label="temporal_shards",
+            scheduler="temporal_shards",
+            path=Path("runs/b-temporal_shards"),
+            config={},
+            summary={
+                "hot_ratio": 1.0,
+                "per_fire": {},
+                "dead_tuples": {},
+                "lag_ms": {},
+                "faults": [
+                    {
+                        "kind": "hold-snapshot",
+                        "fired": True,
+                        "spec": "hold-snapshot@10s:60s",
+                        "lag_peak_ms": 9000.0,
+                        "late_fires": 0,
+                    }
+                ],
+            },
+        ),
+    ]
     assert measured("low_hot_many_indexes", runs) == ["pg_queue: HOT 3.7%", "temporal_shards: HOT 100.0%"]
     assert "1.02 inserts / 1.97 updates / 0.97 deletes per fire" in measured("delete_reinsert_churn", runs)[0]
     horizon = measured("horizon_held", runs)
@@ -124,15 +198,41 @@ def test_measured_runs_are_cited_with_their_figures():
 def test_horizon_holders_orders_by_age_and_estimates_from_xids():
     sample = {
         "sessions": [
-            {"kind": "idle in transaction", "pid": 1, "xact_age_s": 30.0, "xmin_age_xids": 300, "xid_age_xids": None,
-             "same_database": True},
-            {"kind": "transaction running a statement", "pid": 2, "xact_age_s": 500.0, "xmin_age_xids": None,
-             "xid_age_xids": None, "same_database": True},  # no snapshot, no xid: holds nothing
-            {"kind": HIDDEN_SESSION, "pid": 3, "xact_age_s": None, "xmin_age_xids": 1000, "xid_age_xids": None,
-             "same_database": None},
+            {
+                "kind": "idle in transaction",
+                "pid": 1,
+                "xact_age_s": 30.0,
+                "xmin_age_xids": 300,
+                "xid_age_xids": None,
+                "same_database": True,
+            },
+            {
+                "kind": "transaction running a statement",
+                "pid": 2,
+                "xact_age_s": 500.0,
+                "xmin_age_xids": None,
+                "xid_age_xids": None,
+                "same_database": True,
+            },  # no snapshot, no xid: holds nothing
+            {
+                "kind": HIDDEN_SESSION,
+                "pid": 3,
+                "xact_age_s": None,
+                "xmin_age_xids": 1000,
+                "xid_age_xids": None,
+                "same_database": None,
+            },
         ],
-        "replication_slots": [{"slot_name": "s1", "slot_type": "physical", "active": False, "same_database": True,
-                               "xmin_age_xids": 2000, "catalog_xmin_age_xids": None}],
+        "replication_slots": [
+            {
+                "slot_name": "s1",
+                "slot_type": "physical",
+                "active": False,
+                "same_database": True,
+                "xmin_age_xids": 2000,
+                "catalog_xmin_age_xids": None,
+            }
+        ],
         "prepared_xacts": [{"age_s": 10.0, "xid_age_xids": 50, "same_database": True}],
         "standby_feedback": [],
     }
@@ -144,19 +244,40 @@ def test_horizon_holders_orders_by_age_and_estimates_from_xids():
 
 
 def test_plan_summary_reads_the_access_path_and_the_buffers():
-    plan = [{"Plan": {"Node Type": "Limit", "Plan Rows": 800, "Total Cost": 95.0, "Startup Cost": 0.3,
-                      "Actual Rows": 400, "Shared Hit Blocks": 1200, "Shared Read Blocks": 400,
-                      "Plans": [{"Node Type": "Index Scan", "Index Name": "jobs_run_after", "Relation Name": "jobs",
-                                 "Plan Rows": 800, "Heap Fetches": 0}]},
-             "Execution Time": 4.5, "Planning Time": 0.2}]
+    plan = [
+        {
+            "Plan": {
+                "Node Type": "Limit",
+                "Plan Rows": 800,
+                "Total Cost": 95.0,
+                "Startup Cost": 0.3,
+                "Actual Rows": 400,
+                "Shared Hit Blocks": 1200,
+                "Shared Read Blocks": 400,
+                "Plans": [
+                    {
+                        "Node Type": "Index Scan",
+                        "Index Name": "jobs_run_after",
+                        "Relation Name": "jobs",
+                        "Plan Rows": 800,
+                        "Heap Fetches": 0,
+                    }
+                ],
+            },
+            "Execution Time": 4.5,
+            "Planning Time": 0.2,
+        }
+    ]
     s = plan_summary(plan)
     assert s["node_types"] == ["Limit", "Index Scan"] and s["index_used"] == "jobs_run_after"
     assert s["buffers_per_row"] == 4.0 and s["execution_ms"] == 4.5
 
 
 def test_the_due_column_is_guessed_only_when_one_candidate_stands_out():
-    cols = [{"name": n, "category": c} for n, c in
-            [("id", "N"), ("run_after", "D"), ("last_run_at", "D"), ("created_at", "D"), ("tenant", "S")]]
+    cols = [
+        {"name": n, "category": c}
+        for n, c in [("id", "N"), ("run_after", "D"), ("last_run_at", "D"), ("created_at", "D"), ("tenant", "S")]
+    ]
 
     def idx(*names):
         return [{"columns": [n], "method": "btree"} for n in names]
@@ -172,15 +293,24 @@ def test_the_due_column_is_guessed_only_when_one_candidate_stands_out():
 
 def test_parse_map_requires_id_tenant_and_due():
     assert parse_map("id=k, tenant=t,due=d,state=s") == {"id": "k", "tenant": "t", "due": "d", "state": "s"}
-    for bad, says in [("id=k,tenant=t", "lacks due"), ("id=k,tenant=t,due=d,id=x", "names id twice"),
-                      ("id=k,tenant=t,due", "bad --map entry 'due'"), ("id=k,tenant=t,due=d,when=x", "'when=x'")]:
+    for bad, says in [
+        ("id=k,tenant=t", "lacks due"),
+        ("id=k,tenant=t,due=d,id=x", "names id twice"),
+        ("id=k,tenant=t,due", "bad --map entry 'due'"),
+        ("id=k,tenant=t,due=d,when=x", "'when=x'"),
+    ]:
         with pytest.raises(UsageError, match=says):
             parse_map(bad)
 
 
 def row(trigger, tenant="t1", due_in=1.0, interval=None, state=None):
-    return {"trigger_hash": trigger, "tenant_hash": tenant, "due_in_s": due_in, "interval_s": interval,
-            "state_bytes": state}
+    return {
+        "trigger_hash": trigger,
+        "tenant_hash": tenant,
+        "due_in_s": due_in,
+        "interval_s": interval,
+        "state_bytes": state,
+    }
 
 
 def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
@@ -190,8 +320,9 @@ def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
     tracker.observe([("a", 104.0, 5.0), ("b", 113.0, 5.0), ("c", 500.0, 5.0), ("d", 200.0, 5.0)])
     tracker.observe([("a", 108.0, 9.0), ("b", 113.0, 9.0), ("c", 500.0, 9.0), ("d", 200.0, 9.0)])
     assert tracker.rearms == 3 and tracker.window_s == 9.0
-    captured = derive([row("a"), row("b"), row("c", due_in=30.0), row("d", due_in=None), row("e", interval=7.0)],
-                      tracker, watch_s=9.0)
+    captured = derive(
+        [row("a"), row("b"), row("c", due_in=30.0), row("d", due_in=None), row("e", interval=7.0)], tracker, watch_s=9.0
+    )
     by_id = {t[0]: t for t in captured.trace}
     assert by_id["a"][2] == 4.0 and by_id["b"][2] == 10.0
     assert by_id["c"][2] == 30.0  # lower bound: the longer of the window and the time to its due
@@ -201,8 +332,10 @@ def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
 
 
 def test_derive_counts_tenants_long_horizons_and_state_sizes(tmp_path):
-    rows = [row(f"x{i}", tenant=f"t{i % 3}", due_in=-5.0 if i == 0 else 1.0, interval=60.0, state=4096 + i)
-            for i in range(30)]
+    rows = [
+        row(f"x{i}", tenant=f"t{i % 3}", due_in=-5.0 if i == 0 else 1.0, interval=60.0, state=4096 + i)
+        for i in range(30)
+    ]
     rows.append(row("far", due_in=40 * 86400.0, interval=3600.0))  # a callback 40 days out
     rows.append(row("x1", tenant="t9", interval=60.0))  # the same hash twice: replayed once
     captured = derive(rows, None, watch_s=0.0)

@@ -3,7 +3,9 @@ import pytest
 from loadgen.rates import parse_duration, parse_interval_range, parse_rate
 
 
-@pytest.mark.parametrize("text, want", [("556/s", 556.0), ("33360/min", 556.0), ("556", 556.0), ("7200/h", 2.0), (" 10 / s ", 10.0)])
+@pytest.mark.parametrize(
+    "text, want", [("556/s", 556.0), ("33360/min", 556.0), ("556", 556.0), ("7200/h", 2.0), (" 10 / s ", 10.0)]
+)
 def test_rate_forms(text, want):
     assert parse_rate(text) == pytest.approx(want)
 
@@ -14,7 +16,9 @@ def test_bad_rates_name_the_accepted_forms(text):
         parse_rate(text)
 
 
-@pytest.mark.parametrize("text, want", [("90s", 90), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("30d", 2592000), ("12", 12)])
+@pytest.mark.parametrize(
+    "text, want", [("90s", 90), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("30d", 2592000), ("12", 12)]
+)
 def test_duration_forms(text, want):
     assert parse_duration(text) == pytest.approx(want)
 
@@ -35,8 +39,18 @@ def test_interval_range():
 def test_recorded_argv_hides_passwords_and_tokens():
     from harness.stack import redact_argv
 
-    argv = ["bench", "run", "--dsn", "postgresql://u:s3cret@db:5432/x", "--token", "t0k", "--dsn=postgresql://u:s3cret@h/x",
-            "--token=t0k", "--rate", "556/s"]
+    argv = [
+        "bench",
+        "run",
+        "--dsn",
+        "postgresql://u:s3cret@db:5432/x",
+        "--token",
+        "t0k",
+        "--dsn=postgresql://u:s3cret@h/x",
+        "--token=t0k",
+        "--rate",
+        "556/s",
+    ]
     shown = " ".join(redact_argv(argv))
     assert "s3cret" not in shown and "t0k" not in shown
     assert "postgresql://u@db:5432/x" in shown and "556/s" in shown

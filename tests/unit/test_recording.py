@@ -31,8 +31,16 @@ def test_record_many_matches_record_value():
 
 
 def make(tmp_path, **fields):
-    w = wl.from_mapping({"rate": "50/s", "interval": "10s..20s", "warmup": "0s", "duration": "60s",
-                         "provider_latency": {"median": "1ms", "p99": "2ms"}, **fields}).resolved()
+    w = wl.from_mapping(
+        {
+            "rate": "50/s",
+            "interval": "10s..20s",
+            "warmup": "0s",
+            "duration": "60s",
+            "provider_latency": {"median": "1ms", "p99": "2ms"},
+            **fields,
+        }
+    ).resolved()
     pop = build(w)
     now = time.time()
     rec = FireRecorder(tmp_path / rundir.SEGMENTS_DIR, now - 1, now + 60)
@@ -109,9 +117,11 @@ def test_undelivered_fires_are_pending_when_the_backend_holds_them_and_lost_when
     proc.note_armed(np.arange(5), np.array([now - 10, now - 10, now - 10, now - 10, now + 100]), now - 20)
     asyncio.run(proc.process(fires_for(pop, [0], [round(now - 10, 6)])))
     assert proc.outstanding(now).tolist() == [1, 2, 3]  # 0 fired, 4 not due yet
-    held = {pop.ids[1]: round(now - 10, 6),  # held at its due: pending
-            pop.ids[2]: round(now - 12, 6),  # held at an earlier due (an uncommitted re-arm): pending
-            pop.ids[3]: round(now + 50, 6)}  # held later: it moved past a fire it never delivered: lost
+    held = {
+        pop.ids[1]: round(now - 10, 6),  # held at its due: pending
+        pop.ids[2]: round(now - 12, 6),  # held at an earlier due (an uncommitted re-arm): pending
+        pop.ids[3]: round(now + 50, 6),
+    }  # held later: it moved past a fire it never delivered: lost
     t = proc.undelivered_table(now, now - 100, held)
     assert t.num_rows == 3 and t.column("fired_at").null_count == 3
     assert t.column("held_at_end").to_pylist() == [True, True, False]
@@ -212,23 +222,27 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
     run_dir = tmp_path / "run"
     seg = run_dir / rundir.SEGMENTS_DIR
     seg.mkdir(parents=True)
-    rundir.write_json(run_dir / rundir.CONFIG, {"scheduler": "x", "workload": {"name": "w", "rate_per_s": 1.0},
-                                               "window": W})
+    rundir.write_json(
+        run_dir / rundir.CONFIG, {"scheduler": "x", "workload": {"name": "w", "rate_per_s": 1.0}, "window": W}
+    )
     import pyarrow as pa
 
     def rows(*fired):
         cols = {name: [] for name in rundir.FIRES_SCHEMA.names}
         for i, f in enumerate(fired):
-            for name, v in zip(rundir.FIRES_SCHEMA.names, (f"t{f}", "t", "poll", f - 0.1, 0.0, f, 0.1, 1, "w0", i,
-                                                           False, f < 10.0, False, None)):
+            for name, v in zip(
+                rundir.FIRES_SCHEMA.names,
+                (f"t{f}", "t", "poll", f - 0.1, 0.0, f, 0.1, 1, "w0", i, False, f < 10.0, False, None),
+            ):
                 cols[name].append(v)
         return pa.table(cols, schema=rundir.FIRES_SCHEMA)
 
     rundir.write_parquet_atomic(rows(5.0, 11.0, 12.0), rundir.fire_segment(seg, rundir.RUN_LOG, 0))
     rundir.write_parquet_atomic(rows(13.0, 14.0, 20.0), rundir.fire_segment(seg, rundir.RUN_LOG, 1))
     rundir.save_rows_atomic(np.array([4, 99]), rundir.late_effects(seg, rundir.RUN_LOG))  # 99: died with its writer
-    rundir.write_samples_segment(seg, 0, {"t": [21.0], "elapsed_s": [21.0], "scope": ["run"],
-                                          "metric": ["fires_per_s"], "value": [1.0]})
+    rundir.write_samples_segment(
+        seg, 0, {"t": [21.0], "elapsed_s": [21.0], "scope": ["run"], "metric": ["fires_per_s"], "value": [1.0]}
+    )
     assert rundir.run_state(run_dir) == "interrupted"
     fd = rundir.hold_run_lock(run_dir)  # as the live run process does
     try:

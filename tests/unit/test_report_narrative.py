@@ -10,12 +10,26 @@ from reports.tables import build_summary_table
 
 
 def run(scheduler, dead=None, lost=0, **summary) -> Run:
-    base = {"complete": True, "scheduler": scheduler, "target_rate": 100.0, "offered_rate": 100.0,
-            "achieved_rate": 100.0, "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
-            "warmup_s": 2.0, "on_time_s": 10.0, "drained_s": 0.5, "steady_state": True, "cycles_per_trigger": 3.0,
-            "outcomes": {"due": 100, "on_time": 100 - lost, "late": 0, "pending": 0, "lost": lost},
-            "lost_in_warmup": 0, "correct": lost == 0, "failures": [f"{lost} fires lost"] if lost else [],
-            "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+    base = {
+        "complete": True,
+        "scheduler": scheduler,
+        "target_rate": 100.0,
+        "offered_rate": 100.0,
+        "achieved_rate": 100.0,
+        "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
+        "warmup_s": 2.0,
+        "on_time_s": 10.0,
+        "drained_s": 0.5,
+        "steady_state": True,
+        "cycles_per_trigger": 3.0,
+        "outcomes": {"due": 100, "on_time": 100 - lost, "late": 0, "pending": 0, "lost": lost},
+        "lost_in_warmup": 0,
+        "correct": lost == 0,
+        "failures": [f"{lost} fires lost"] if lost else [],
+        "duplicate_fires": 0,
+        "duplicate_effects": 0,
+        "warnings": [],
+    }
     base.update(summary)
     if "rate_held" not in summary:
         from metrics.rundir import rate_held
@@ -24,10 +38,18 @@ def run(scheduler, dead=None, lost=0, **summary) -> Run:
     rows = []
     for i, v in enumerate(dead or []):
         for scope, k in (("s.timers", 1.0), ("s.state", 1.0), ("s.timers#toast", 0.5)):
-            rows.append({"t": 1000.0 + i, "elapsed_s": float(i), "scope": scope, "metric": "n_dead_tup", "value": v * k})
+            rows.append(
+                {"t": 1000.0 + i, "elapsed_s": float(i), "scope": scope, "metric": "n_dead_tup", "value": v * k}
+            )
     samples = pd.DataFrame(rows, columns=["t", "elapsed_s", "scope", "metric", "value"])
-    return Run(path=Path(f"/runs/x-{scheduler}"), config={"scheduler": scheduler}, summary=base,
-               fires=pd.DataFrame(), samples=samples, label=scheduler)
+    return Run(
+        path=Path(f"/runs/x-{scheduler}"),
+        config={"scheduler": scheduler},
+        summary=base,
+        fires=pd.DataFrame(),
+        samples=samples,
+        label=scheduler,
+    )
 
 
 def say(*runs):
@@ -35,13 +57,18 @@ def say(*runs):
 
 
 def test_lowest_p99_among_backends_that_held_the_rate():
-    out = say(run("fast_but_slow_rate", achieved_rate=50.0, lag_ms={"p99": 1.0}),
-              run("b", lag_ms={"p99": 40.0}), run("c", lag_ms={"p99": 20.0}))
+    out = say(
+        run("fast_but_slow_rate", achieved_rate=50.0, lag_ms={"p99": 1.0}),
+        run("b", lag_ms={"p99": 40.0}),
+        run("c", lag_ms={"p99": 20.0}),
+    )
     best = [s for s in out if "lowest p99" in s.text]
     assert len(best) == 1 and "c had the lowest p99 lag over every due fire: 20.00 ms" in best[0].text
     assert "b 40.00 ms" in best[0].text and "Lag p99" in best[0].cite
-    assert any("fast_but_slow_rate did not hold its target rate: it achieved 50.00 of the 100.0 fires/s offered" in s.text
-               for s in out)
+    assert any(
+        "fast_but_slow_rate did not hold its target rate: it achieved 50.00 of the 100.0 fires/s offered" in s.text
+        for s in out
+    )
 
 
 def test_a_p99_among_undelivered_fires_ranks_last_and_says_so():
@@ -80,14 +107,26 @@ def test_dead_tuple_growth_over_the_measured_window():
 
 def writes(ins, upd, dele, t_ins=0.0, t_upd=0.0, t_del=0.0, **more):
     heap, toast = ins + upd + dele, t_ins + t_upd + t_del
-    return {"inserts": ins, "updates": upd, "deletes": dele, "toast_inserts": t_ins, "toast_updates": t_upd,
-            "toast_deletes": t_del, "heap_writes": heap, "toast_writes": toast, "row_writes": heap + toast, **more}
+    return {
+        "inserts": ins,
+        "updates": upd,
+        "deletes": dele,
+        "toast_inserts": t_ins,
+        "toast_updates": t_upd,
+        "toast_deletes": t_del,
+        "heap_writes": heap,
+        "toast_writes": toast,
+        "row_writes": heap + toast,
+        **more,
+    }
 
 
 def test_write_amplification_compares_heap_plus_toast_row_writes_per_fire():
     # heap alone: queue 4, leased 2 (2x); with TOAST: queue 10, leased 2 (5x)
-    out = say(run("queue", per_fire=writes(1.0, 2.0, 1.0, 3.0, 0.0, 3.0, wal_bytes=4096.0, wal_fpi=0.5)),
-              run("leased", per_fire=writes(0.0, 2.0, 0.0, wal_bytes=512.0)))
+    out = say(
+        run("queue", per_fire=writes(1.0, 2.0, 1.0, 3.0, 0.0, 3.0, wal_bytes=4096.0, wal_fpi=0.5)),
+        run("leased", per_fire=writes(0.0, 2.0, 0.0, wal_bytes=512.0)),
+    )
     s = next(s for s in out if s.text.startswith("Write amplification"))
     assert "queue 10.00 row writes per fire (1.00 inserts, 2.00 updates, 1.00 deletes; TOAST 3.00 inserts" in s.text
     assert "4.0 KiB of WAL per fire (0.5 full-page images)" in s.text
@@ -96,15 +135,21 @@ def test_write_amplification_compares_heap_plus_toast_row_writes_per_fire():
 
 
 def test_a_summary_without_toast_figures_compares_heap_writes_and_says_so():
-    out = say(run("old", per_fire={"inserts": 2.0, "updates": 1.0, "deletes": 1.0, "wal_bytes": 1.0}),
-              run("new", per_fire={"inserts": 0.0, "updates": 1.0, "deletes": 0.0, "wal_bytes": 1.0}))
+    out = say(
+        run("old", per_fire={"inserts": 2.0, "updates": 1.0, "deletes": 1.0, "wal_bytes": 1.0}),
+        run("new", per_fire={"inserts": 0.0, "updates": 1.0, "deletes": 0.0, "wal_bytes": 1.0}),
+    )
     s = next(s for s in out if s.text.startswith("Write amplification"))
     assert "TOAST not recorded" in s.text and "old writes 4.0× the rows per fire of new" in s.text
 
 
 def test_tuning_and_design_are_told_apart():
-    untuned = {"autovacuum_tuned": False, "autovacuum_scale_factor": 0.02, "autovacuum_threshold_rows": 1000,
-               "autovacuum_cost_delay_ms": 0}
+    untuned = {
+        "autovacuum_tuned": False,
+        "autovacuum_scale_factor": 0.02,
+        "autovacuum_threshold_rows": 1000,
+        "autovacuum_cost_delay_ms": 0,
+    }
     tuned = dict(untuned, autovacuum_tuned=True)
     a = run("pg_queue", per_fire=writes(1.0, 2.0, 1.0), dead_tuples={"table_peak": 1000.0})
     b = run("pg_queue", per_fire=writes(1.0, 2.0, 1.0), dead_tuples={"table_peak": 400.0})
@@ -113,20 +158,30 @@ def test_tuning_and_design_are_told_apart():
         r.config["options"] = opts
     b.label = "pg_queue, tuned"
     s = next(s for s in say(a, b, c) if s.text.startswith("Tuning alone"))
-    assert s.text.startswith("Tuning alone (pg_queue → pg_queue, tuned, the same design with per-table autovacuum "
-                             "settings), then the design (pg_queue, tuned → pg_leased, the same settings)")
+    assert s.text.startswith(
+        "Tuning alone (pg_queue → pg_queue, tuned, the same design with per-table autovacuum "
+        "settings), then the design (pg_queue, tuned → pg_leased, the same settings)"
+    )
     assert "dead tuples peak 1,000 → 400.0 → 100.0 (pg_leased)" in s.text
 
 
 def test_every_sentence_cites_a_table_row_or_figure():
-    out = say(run("memory"), run("a", lost=2, duplicate_fires=3, duplicate_external_effects=2, hot_ratio=0.5,
-                                 dead=[1, 2, 3, 4]))
+    out = say(
+        run("memory"),
+        run("a", lost=2, duplicate_fires=3, duplicate_external_effects=2, hot_ratio=0.5, dead=[1, 2, 3, 4]),
+    )
     assert out and all(s.cite.startswith(("Table 1", "Figure")) for s in out)
     assert any("a FAILED its correctness promise: 2 fires lost" in s.text for s in out)
-    assert any("Of the 100 fires due in a's window, 98 were on time (lag ≤ 10 s), 0 late, 0 still pending after "
-               "the 0.5 s drain and 2 lost" in s.text for s in out)
-    assert any("At-least-once in a: 3 duplicate fires, 2 duplicate external effects (a webhook sent twice); the keyed "
-               "effects stayed de-duplicated (0 duplicates)" in s.text for s in out)
+    assert any(
+        "Of the 100 fires due in a's window, 98 were on time (lag ≤ 10 s), 0 late, 0 still pending after "
+        "the 0.5 s drain and 2 lost" in s.text
+        for s in out
+    )
+    assert any(
+        "At-least-once in a: 3 duplicate fires, 2 duplicate external effects (a webhook sent twice); the keyed "
+        "effects stayed de-duplicated (0 duplicates)" in s.text
+        for s in out
+    )
     assert not any("Every run kept the correctness promise" in s.text for s in out)
 
 

@@ -4,25 +4,45 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.load import Run
 from reports.fmt import human_bytes
+from reports.load import Run
 from reports.tables import build_summary_table, format_ratio, format_value, run_checks
 
 
 def run(scheduler: str, lost: int = 0, **summary) -> Run:
-    base = {"complete": True, "scheduler": scheduler, "target_rate": 100.0, "offered_rate": 100.0,
-            "achieved_rate": 100.0, "rate_held": True, "cycles_per_trigger": 3.0, "steady_state": True,
-            "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
-            "outcomes": {"due": 100, "on_time": 100 - lost, "late": 0, "pending": 0, "lost": lost},
-            "lost_in_warmup": 0, "correct": lost == 0, "failures": [],
-            "duplicate_fires": 0, "duplicate_effects": 0, "warnings": []}
+    base = {
+        "complete": True,
+        "scheduler": scheduler,
+        "target_rate": 100.0,
+        "offered_rate": 100.0,
+        "achieved_rate": 100.0,
+        "rate_held": True,
+        "cycles_per_trigger": 3.0,
+        "steady_state": True,
+        "lag_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "p999": 4.0, "max": 5.0},
+        "outcomes": {"due": 100, "on_time": 100 - lost, "late": 0, "pending": 0, "lost": lost},
+        "lost_in_warmup": 0,
+        "correct": lost == 0,
+        "failures": [],
+        "duplicate_fires": 0,
+        "duplicate_effects": 0,
+        "warnings": [],
+    }
     base.update(summary)
-    return Run(path=Path(f"/runs/20260101-000000-{scheduler}"), config={"scheduler": scheduler}, summary=base,
-               fires=pd.DataFrame(), samples=pd.DataFrame(), label=scheduler)
+    return Run(
+        path=Path(f"/runs/20260101-000000-{scheduler}"),
+        config={"scheduler": scheduler},
+        summary=base,
+        fires=pd.DataFrame(),
+        samples=pd.DataFrame(),
+        label=scheduler,
+    )
 
 
 def test_best_is_the_lowest_lag_and_the_highest_rate():
-    t = build_summary_table([run("a", lag_ms={"p99": 30.0}, achieved_rate=90.0), run("b", lag_ms={"p99": 10.0}, achieved_rate=99.0)])
+    t = build_summary_table(
+        [run("a", lag_ms={"p99": 30.0}, achieved_rate=90.0), run("b", lag_ms={"p99": 10.0}, achieved_rate=99.0)]
+    )
     assert [c.best for c in t.row("lag_p99_ms").cells] == [False, True]
     assert [c.best for c in t.row("achieved_rate").cells] == [False, True]
 
@@ -38,15 +58,18 @@ def test_ties_are_all_marked():
 
 
 def test_a_percentile_among_undelivered_fires_reads_not_delivered_and_is_never_best():
-    t = build_summary_table([run("a", lag_ms={"p99": "not delivered"}), run("b", lag_ms={"p99": 40.0}),
-                             run("c", lag_ms={"p99": 20.0})])
+    t = build_summary_table(
+        [run("a", lag_ms={"p99": "not delivered"}), run("b", lag_ms={"p99": 40.0}), run("c", lag_ms={"p99": 20.0})]
+    )
     cells = t.row("lag_p99_ms").cells
     assert cells[0].text == "not delivered" and not cells[0].best and cells[0].ratio == ""
     assert [c.best for c in cells] == [False, False, True]
 
 
 def test_memory_is_shown_but_not_ranked_next_to_backends():
-    t = build_summary_table([run("memory", lag_ms={"p99": 1.0}), run("pg_a", lag_ms={"p99": 50.0}), run("pg_b", lag_ms={"p99": 20.0})])
+    t = build_summary_table(
+        [run("memory", lag_ms={"p99": 1.0}), run("pg_a", lag_ms={"p99": 50.0}), run("pg_b", lag_ms={"p99": 20.0})]
+    )
     assert [c.best for c in t.row("lag_p99_ms").cells] == [False, False, True]
     assert t.row("lag_p99_ms").cells[0].value == 1.0
 
@@ -77,10 +100,29 @@ def test_formats():
 
 
 def test_checks_flag_an_unheld_rate_a_short_window_lost_fires_and_duplicate_effects():
-    checks = {c.name: c.ok for c in run_checks(run("a", achieved_rate=80.0, rate_held=False, lost=2, duplicate_effects=1,
-                                                   complete=False, steady_state=False, cycles_per_trigger=0.7))}
-    assert checks == {"complete": False, "rate held": False, "steady state": False, "no lost fires": False,
-                      "no duplicate keyed effects": False, "harness ceiling": None}  # no calibration: cannot tell
+    checks = {
+        c.name: c.ok
+        for c in run_checks(
+            run(
+                "a",
+                achieved_rate=80.0,
+                rate_held=False,
+                lost=2,
+                duplicate_effects=1,
+                complete=False,
+                steady_state=False,
+                cycles_per_trigger=0.7,
+            )
+        )
+    }
+    assert checks == {
+        "complete": False,
+        "rate held": False,
+        "steady state": False,
+        "no lost fires": False,
+        "no duplicate keyed effects": False,
+        "harness ceiling": None,
+    }  # no calibration: cannot tell
     assert all(c.ok for c in run_checks(run("b")) if c.name != "harness ceiling")
     # lost fires in the warm-up fail the check too: a lost fire is never a warm-up artefact
     assert not {c.name: c.ok for c in run_checks(run("c", lost_in_warmup=1))}["no lost fires"]
@@ -90,8 +132,11 @@ def test_the_report_says_how_a_run_counts_and_what_a_compressed_workload_compres
     from reports.tables import how_to_read_report
 
     r = run("a", cadence="fixed", on_time_s=10.0, warmup_s=30.0)
-    r.config["workload"] = {"name": "production-compressed", "time_compression": 4,
-                            "description": "the production shape time-compressed 4x"}
+    r.config["workload"] = {
+        "name": "production-compressed",
+        "time_compression": 4,
+        "description": "the production shape time-compressed 4x",
+    }
     text = how_to_read_report([r, run("b", cadence="fixed", on_time_s=10.0, warmup_s=30.0)])
     assert len(text) == 2  # one explanation shared by both runs, one note on the compressed workload
     assert text[0].startswith("Load is open-loop (fixed cadence") and "on time (lag <= 10 s" in text[0]

@@ -8,21 +8,23 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from loadgen.processor import PollingProcessor, merge_state
-from metrics.parts import count_double_held
 from harness.node_api import MAX_TIMERS_PER_PUT, BadTimers, parse_timers
 from loadgen.arm_shape import parse_shape, users_at
+from loadgen.processor import PollingProcessor, merge_state
+from metrics.parts import count_double_held
 
 TYPES = ["load", "poll"]
 
 
 def test_good_body_parses_every_form_of_fire_at():
     timers = parse_timers(
-        {"timers": [
-            {"id": "a", "fire_at": 1_800_000_000, "tenant": "t1", "priority": 3},
-            {"id": "b", "fire_at": "2027-01-15T12:00:00Z", "type": "load"},
-            {"id": "c", "fire_at": None, "tenant_id": "t2"},
-        ]},
+        {
+            "timers": [
+                {"id": "a", "fire_at": 1_800_000_000, "tenant": "t1", "priority": 3},
+                {"id": "b", "fire_at": "2027-01-15T12:00:00Z", "type": "load"},
+                {"id": "c", "fire_at": None, "tenant_id": "t2"},
+            ]
+        },
         TYPES,
     )
     assert [t.id for t in timers] == ["a", "b", "c"]
@@ -83,10 +85,16 @@ def test_merge_takes_the_latest_arm_and_the_latest_receipt_of_any_node():
     run.armed_due[:] = [10.0, 20.0, 30.0]  # the initial arms, in the run process
     run.armed_at[:] = [1.0, 1.0, 1.0]
     # node a received trigger 0 at 10 and re-armed it for 110; node b then received 110
-    a = {"armed_due": np.array([110.0, np.nan, np.nan]), "armed_at": np.array([10.5, np.nan, np.nan]),
-         "received_due": np.array([10.0, np.nan, np.nan])}
-    b = {"armed_due": np.array([210.0, 20.0, np.nan]), "armed_at": np.array([110.5, 0.5, np.nan]),
-         "received_due": np.array([110.0, np.nan, 30.0])}
+    a = {
+        "armed_due": np.array([110.0, np.nan, np.nan]),
+        "armed_at": np.array([10.5, np.nan, np.nan]),
+        "received_due": np.array([10.0, np.nan, np.nan]),
+    }
+    b = {
+        "armed_due": np.array([210.0, 20.0, np.nan]),
+        "armed_at": np.array([110.5, 0.5, np.nan]),
+        "received_due": np.array([110.0, np.nan, 30.0]),
+    }
     for _ in range(2):  # idempotent
         merge_state(run, a)
         merge_state(run, b)
@@ -104,21 +112,27 @@ def test_merge_refuses_a_node_with_another_population():
 
 def _holds(rows):
     ids, start, end, worker = zip(*rows)
-    return {"timer_id": np.array(ids, object), "received_at": np.array(start, float),
-            "committed_at": np.array(end, float), "worker": np.array(worker, object)}
+    return {
+        "timer_id": np.array(ids, object),
+        "received_at": np.array(start, float),
+        "committed_at": np.array(end, float),
+        "worker": np.array(worker, object),
+    }
 
 
 def test_double_held_counts_overlaps_across_workers_only():
-    holds = _holds([
-        ("t1", 0.0, 1.0, "n0"),
-        ("t1", 2.0, 3.0, "n1"),  # after n0 committed: fine
-        ("t2", 0.0, 5.0, "n0"),
-        ("t2", 4.0, 6.0, "n1"),  # n0 still held t2: a double hold
-        ("t3", 0.0, 5.0, "n0"),
-        ("t3", 1.0, 2.0, "n0"),  # the same worker twice (a redelivery to itself): not this check
-        ("t4", 0.0, math.nan, "n0"),  # never committed (the node stopped): proves nothing
-        ("t4", 1.0, 2.0, "n1"),
-    ])
+    holds = _holds(
+        [
+            ("t1", 0.0, 1.0, "n0"),
+            ("t1", 2.0, 3.0, "n1"),  # after n0 committed: fine
+            ("t2", 0.0, 5.0, "n0"),
+            ("t2", 4.0, 6.0, "n1"),  # n0 still held t2: a double hold
+            ("t3", 0.0, 5.0, "n0"),
+            ("t3", 1.0, 2.0, "n0"),  # the same worker twice (a redelivery to itself): not this check
+            ("t4", 0.0, math.nan, "n0"),  # never committed (the node stopped): proves nothing
+            ("t4", 1.0, 2.0, "n1"),
+        ]
+    )
     assert count_double_held(holds) == 1
 
 

@@ -55,7 +55,10 @@ def test_batch_sizes_count_bins_and_reasons():
     g = b.gauges()
     assert g["batches"] == 5 and g["batched_timers"] == 1 + 25 + 26 + 230 + 800 and g["batches_bin_width"] == 25
     assert {k: v for k, v in g.items() if k.startswith("batch_size_bin_")} == {
-        "batch_size_bin_25": 2.0, "batch_size_bin_50": 1.0, "batch_size_bin_250": 1.0, "batch_size_bin_800": 1.0,
+        "batch_size_bin_25": 2.0,
+        "batch_size_bin_50": 1.0,
+        "batch_size_bin_250": 1.0,
+        "batch_size_bin_800": 1.0,
     }
     assert g["batches_closed_max_lag"] == 4 and g["batches_closed_full"] == 1
 
@@ -75,4 +78,7 @@ def test_the_report_reads_the_gauge_names_the_backends_write():
     from schedulers import base
 
     assert (rundir.BATCH_SIZE_BIN_GAUGE, rundir.BATCHES_CLOSED_GAUGE, rundir.BATCH_BIN_WIDTH_GAUGE) == (
-        base.BATCH_SIZE_BIN_GAUGE, base.BATCHES_CLOSED_GAUGE, base.BATCH_BIN_WIDTH_GAUGE)
+        base.BATCH_SIZE_BIN_GAUGE,
+        base.BATCHES_CLOSED_GAUGE,
+        base.BATCH_BIN_WIDTH_GAUGE,
+    )

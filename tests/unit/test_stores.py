@@ -45,8 +45,15 @@ def test_temporal_counters_are_summed_over_labels_and_split_by_the_named_one():
 def test_read_operations_are_told_from_writes_by_name():
     for op in ("GetWorkflowExecution", "ReadHistoryBranch", "ListNamespaces", "AssertShardOwnership", "GetTasks"):
         assert is_read_operation(op), op
-    for op in ("UpdateWorkflowExecution", "CreateWorkflowExecution", "AppendHistoryNodes", "RangeCompleteTimerTasks",
-               "CompleteTasksLessThan", "UpsertClusterMembership", "DeleteWorkflowExecution"):
+    for op in (
+        "UpdateWorkflowExecution",
+        "CreateWorkflowExecution",
+        "AppendHistoryNodes",
+        "RangeCompleteTimerTasks",
+        "CompleteTasksLessThan",
+        "UpsertClusterMembership",
+        "DeleteWorkflowExecution",
+    ):
         assert not is_read_operation(op), op
 
 
@@ -66,11 +73,22 @@ sys.stdin.readline()  # stay alive until told, so the tree sees the writes
 def test_process_tree_counts_the_bytes_its_processes_write(tmp_path):
     # a parent whose child writes 8 MiB with fsync: the tree of the parent sees them
     target = tmp_path / "blob"
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
-        "stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True); print(p.stdout.readline().strip(), flush=True); "
-        "sys.stdin.readline(); p.communicate('\\n')"), CHILD, str(target)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+                "stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True); print(p.stdout.readline().strip(), flush=True); "
+                "sys.stdin.readline(); p.communicate('\\n')"
+            ),
+            CHILD,
+            str(target),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     tree = ProcessTree(lambda: [parent.pid])
     try:
         tree.sample()  # baseline: the child may already have started writing; new pids count fully

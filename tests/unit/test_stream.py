@@ -83,7 +83,8 @@ def test_stream_and_process_decide_alike(tmp_path):
     assert any(retry) and not all(retry)
     assert [o.next_fire_at < due + 10 for o in streamed] == retry
     assert [o.next_fire_at for o, r in zip(batch, retry) if not r] == [
-        o.next_fire_at for o, r in zip(streamed, retry) if not r]
+        o.next_fire_at for o, r in zip(streamed, retry) if not r
+    ]
     assert all(abs(a.next_fire_at - b.next_fire_at) < 1.0 for a, b, r in zip(batch, streamed, retry) if r)
 
 

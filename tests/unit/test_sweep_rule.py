@@ -14,11 +14,19 @@ SLO_MS = 1000.0
 def summary(achieved=1000.0, offered=1000.0, target=1000.0, p99=50.0, lost=0, complete=True, **extra):
     held, _ = rate_held(target, offered, achieved)
     failures = [f"{lost} fires lost"] if lost else []
-    s = {"complete": complete, "incomplete_reason": None if complete else "crashed: boom",
-         "correct": not failures, "failures": failures, "target_rate": target,
-         "achieved_rate": achieved, "offered_rate": offered, "rate_held": held,
-         "outcomes": {"due": 1000, "on_time": 1000 - lost, "late": 0, "pending": 0, "lost": lost},
-         "lag_ms": {"p50": 1.0, "p99": p99}, "per_fire": {"inserts": None, "updates": None, "deletes": None}}
+    s = {
+        "complete": complete,
+        "incomplete_reason": None if complete else "crashed: boom",
+        "correct": not failures,
+        "failures": failures,
+        "target_rate": target,
+        "achieved_rate": achieved,
+        "offered_rate": offered,
+        "rate_held": held,
+        "outcomes": {"due": 1000, "on_time": 1000 - lost, "late": 0, "pending": 0, "lost": lost},
+        "lag_ms": {"p50": 1.0, "p99": p99},
+        "per_fire": {"inserts": None, "updates": None, "deletes": None},
+    }
     s.update(extra)
     return s
 
@@ -115,5 +123,3 @@ def test_a_backend_with_a_long_max_lag_warms_up_longer():
     assert warmup_for(5.0, 12.0) == 18.0  # temporal_shards (MaxLag 10 s): 1.5 x its bound
     assert warmup_for(30.0, 12.0) == 30.0
     assert warmup_for(5.0, None) == 5.0
-
-

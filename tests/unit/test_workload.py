@@ -30,17 +30,33 @@ def test_rate_follows_triggers_when_only_triggers_given():
 
 
 def test_cli_overrides_take_human_forms():
-    w = wl.Overrides({"rate": "33360/min", "interval": "10s..20s", "duration": "2m", "warmup": "5s",
-                      "state_size": "512", "tenants": "7", "seed": "9"}).apply(wl.load("production")).resolved()
+    w = (
+        wl.Overrides(
+            {
+                "rate": "33360/min",
+                "interval": "10s..20s",
+                "duration": "2m",
+                "warmup": "5s",
+                "state_size": "512",
+                "tenants": "7",
+                "seed": "9",
+            }
+        )
+        .apply(wl.load("production"))
+        .resolved()
+    )
     assert (w.rate_per_s, w.interval_min_s, w.interval_max_s) == (556.0, 10.0, 20.0)
     assert (w.duration_s, w.warmup_s, w.state_bytes, w.tenants, w.seed) == (120.0, 5.0, 512, 7, 9)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"rate": "10/s", "colour": "red"}, "unknown workload field 'colour'"),
-    ({"rate": "10/s", "interval": "9s..3s"}, "invalid interval"),
-    ({"rate": "10/s", "error_rate": 2}, "error_rate"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"rate": "10/s", "colour": "red"}, "unknown workload field 'colour'"),
+        ({"rate": "10/s", "interval": "9s..3s"}, "invalid interval"),
+        ({"rate": "10/s", "error_rate": 2}, "error_rate"),
+    ],
+)
 def test_bad_fields_say_what_is_wrong(data, message):
     with pytest.raises(ValueError, match=message):
         wl.from_mapping(data).resolved()
