@@ -296,7 +296,7 @@ WHERE {filter}
 
 -- name: capture_history
 -- the due times of finished rows still in the table (libraries that keep them): the last 32 per
--- identity, due within the last {window} seconds, read once and only as hashes and times
+-- identity, due within the last window_s seconds, read once and only as hashes and times
 SELECT trigger_hash, array_agg(due_s ORDER BY due_s) AS dues
 FROM (
     SELECT {id_hash} AS trigger_hash, {due_s} AS due_s,
