@@ -36,8 +36,16 @@ run: install
 # Three pytest-xdist workers, a test file per worker at a time: most tests wait on timers and
 # runs, not on the CPU (the machine's load stays near 1), so three at once take ~9 minutes on
 # 2 cores where one at a time takes ~24.
-test: install
+test: install $(NODE_APPS)/node_modules/.installed-lock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadfile tests
+
+# The npm packages of the owntable tests' node applications (pg-boss, graphile-worker), at the
+# lock file's versions, with npm's cache inside the directory (both gitignored); the stamp holds
+# the lock file it installed (tests/owntable/libraries.py checks the same, for a bare pytest).
+NODE_APPS := tests/owntable/node
+$(NODE_APPS)/node_modules/.installed-lock: $(NODE_APPS)/package-lock.json
+	cd $(NODE_APPS) && npm ci --cache .npm-cache --prefer-offline --no-audit --no-fund --loglevel=error
+	cp $(NODE_APPS)/package-lock.json $@
 
 stack-down:
 	-$(BIN)/bench env down

@@ -148,7 +148,7 @@ def _collect(
     logs = _log_tables(opened, lib)
     logs_before = {name: reader.counters(r).get(r.relid) for name, r in logs.items()}
     data["watch"], data["churn"], data["horizon"] = _watch(opened, shape, watch_s, say)
-    logs_after = {name: reader.counters(r).get(r.relid) for name, r in logs.items()}
+    logs_after = {name: reader.counters(r).get(r.relid) for name, r in logs.items()} if watch_s > 0 else {}
     data["bloat"] = _bloat(opened, shape, extensions.get("pgstattuple"))
     data["due_scan"] = _due_scan(opened, shape, due_column, analyze, extensions.get("pgstattuple"), filters.pending)
     if lib is not None:

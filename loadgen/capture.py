@@ -180,6 +180,8 @@ def derive(tracker: RearmTracker, watch_s: float, empty: str = "the table has no
     if tracker.polls > 1:
         stats["watch"] = {
             "window_s": tracker.window_s,
+            "first_read_at_s": tracker.first_read_s,
+            "last_read_at_s": tracker.last_read_s,
             "polls": tracker.polls,
             "rearms_seen": tracker.rearms,
             "rearms_per_s": tracker.rearms / tracker.window_s if tracker.window_s else None,

@@ -58,6 +58,13 @@ class Plan:
     dues: dict[str, list[float]] = field(default_factory=dict)  # due times of the jobs run, per trigger
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def start_at(self, start: float) -> None:
+        """Move every first due time to ``start`` + its offset: called when the library is ready
+        (DBOS takes seconds to launch), so no trigger starts late."""
+        first = min(t.phase_s for t in self.triggers) - 0.5
+        for t in self.triggers:
+            t.phase_s += start - first
+
     def by_id(self) -> dict[str, Trigger]:
         return {t.trigger_id: t for t in self.triggers}
 
@@ -80,6 +87,7 @@ class Plan:
             tenants[t.tenant] = tenants.get(t.tenant, 0) + 1
         with self.lock:
             armed = [self.armed_interval(t) for t in self.triggers]
+            dues = {k: sorted(v) for k, v in self.dues.items()}
         return {
             "triggers": len(self.triggers),
             "planned_rate_per_s": sum(1.0 / t.every_s for t in self.triggers),
@@ -89,6 +97,7 @@ class Plan:
             "tenants": len(tenants),
             "tenant_sizes": sorted(tenants.values(), reverse=True),
             "fires": self.fires,
+            "dues": dues,  # the due times of the jobs run, per trigger
         }
 
 
@@ -106,7 +115,9 @@ def plan(triggers: int, every: tuple[int, int], tenants: int, seed: int = 11, st
 
 
 def _write(path: Path, p: Plan) -> None:
-    path.write_text(json.dumps(p.figures(), indent=2) + "\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(p.figures(), indent=2) + "\n")
+    tmp.replace(path)  # whole, for a reader polling it
 
 
 def _stopper() -> asyncio.Event:
@@ -119,6 +130,7 @@ def _stopper() -> asyncio.Event:
 
 def _ready(out: Path, p: Plan) -> None:
     _write(out, p)
+    _report_every_second(out, p)
     print("ready", flush=True)
 
 
@@ -144,6 +156,7 @@ async def run_procrastinate(dsn: str, p: Plan, out: Path) -> None:
 
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
+        p.start_at(time.time() + 1.0)
         for t in p.triggers:
             await poll.configure(schedule_at=datetime.fromtimestamp(t.phase_s, tz=UTC)).defer_async(**t.args())
         stop = _stopper()
@@ -186,6 +199,7 @@ async def run_pgqueuer(dsn: str, p: Plan, out: Path) -> None:
         delay = triggers[args["trigger_id"]].next_due(due) - time.time()
         await queries.enqueue(TASK, job.payload, 0, timedelta(seconds=max(0.0, delay)))
 
+    p.start_at(time.time() + 1.0)
     now = time.time()
     await queries.enqueue(
         [TASK] * len(p.triggers),
@@ -210,14 +224,17 @@ async def run_pgqueuer(dsn: str, p: Plan, out: Path) -> None:
 def run_dbos(dsn: str, p: Plan, out: Path) -> None:
     from dbos import DBOS, SetEnqueueOptions, SetWorkflowAttributes
 
-    DBOS(config={"name": "timerbench-owntable", "system_database_url": dsn})
+    DBOS(config={"name": "timerbench-owntable", "system_database_url": _url(dsn)})
     triggers = p.by_id()
     queue = None
 
     def enqueue(t: Trigger, due: float) -> None:
-        # the trigger's id and tenant as the workflow's attributes (a JSON column of its row)
+        # the trigger's id and tenant as the workflow's attributes (a JSON column of its row);
+        # DBOS stores now + the delay, so a late re-arm is stored (and passed on) as now
+        now = time.time()
+        due = max(due, now)
         with SetWorkflowAttributes({"trigger_id": t.trigger_id, "tenant": t.tenant}):
-            with SetEnqueueOptions(delay_seconds=max(0.0, due - time.time())):
+            with SetEnqueueOptions(delay_seconds=due - now):
                 queue.enqueue(poll, t.trigger_id, due)
 
     @DBOS.workflow()
@@ -228,6 +245,7 @@ def run_dbos(dsn: str, p: Plan, out: Path) -> None:
 
     DBOS.launch()
     queue = DBOS.register_queue("polls", polling_interval_sec=0.2)
+    p.start_at(time.time() + 1.0)
     for t in p.triggers:
         enqueue(t, t.phase_s)
     stop = threading.Event()
@@ -236,6 +254,32 @@ def run_dbos(dsn: str, p: Plan, out: Path) -> None:
     _ready(out, p)
     stop.wait()
     DBOS.destroy(workflow_completion_timeout_sec=2)
+
+
+def _url(dsn: str) -> str:
+    """A libpq DSN as the URL DBOS wants (a password stays in this process, as in the DSN)."""
+    from urllib.parse import quote
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    if dsn.startswith(("postgresql://", "postgres://")):
+        return dsn
+    p = conninfo_to_dict(dsn)
+    auth = quote(p.get("user", ""), safe="") + (":" + quote(p["password"], safe="") if p.get("password") else "")
+    return (
+        f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/{quote(p.get('dbname', ''), safe='')}"
+    )
+
+
+def _report_every_second(out: Path, p: Plan) -> None:
+    """The figures rewritten once a second, so a test can wait until every trigger has fired."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(1.0)
+            _write(out, p)
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def main() -> None:

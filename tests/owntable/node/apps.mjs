@@ -9,7 +9,7 @@
 //   node apps.mjs pg-boss|graphile-worker TRIGGERS LOW..HIGH TENANTS OUT.json
 // prints "ready" once armed, writes OUT.json then and again, with the fires counted, on SIGTERM.
 
-import { writeFileSync } from 'node:fs'
+import { renameSync, writeFileSync } from 'node:fs'
 
 const [library, triggersArg, everyArg, tenantsArg, out] = process.argv.slice(2)
 const [lo, hi] = everyArg.split('..').map(Number)
@@ -29,6 +29,11 @@ for (let i = 0; i < Number(triggersArg); i++) {
   const every = lo + Math.floor(random() * (hi - lo + 1))
   const tenant = `tenant-${String(Math.min(Math.floor(1 / Math.pow(1 - random(), 1 / 1.1)), Number(tenantsArg))).padStart(2, '0')}`
   triggers.push({ trigger_id: `trigger-${String(i).padStart(4, '0')}`, tenant, every, phase: start + 0.5 + random() * (every - 0.5) })
+}
+// every first due time moved to when the library is ready, so no trigger starts late
+function startAt (at) {
+  const first = Math.min(...triggers.map(t => t.phase)) - 0.5
+  for (const t of triggers) t.phase += at - first
 }
 const byId = new Map(triggers.map(t => [t.trigger_id, t]))
 const dues = new Map()
@@ -62,12 +67,14 @@ function figures () {
     intervals_s: armed.sort((a, b) => a - b),
     tenants: tenants.size,
     tenant_sizes: [...tenants.values()].sort((a, b) => b - a),
-    fires
+    fires,
+    dues: Object.fromEntries([...dues].map(([k, v]) => [k, [...v].sort((a, b) => a - b)]))
   }
 }
 
 function write () {
-  writeFileSync(out, JSON.stringify(figures(), null, 2) + '\n')
+  writeFileSync(out + '.tmp', JSON.stringify(figures(), null, 2) + '\n')
+  renameSync(out + '.tmp', out) // whole, for a reader polling it
 }
 
 function data (t) {
@@ -80,6 +87,7 @@ async function pgBoss () {
   boss.on('error', e => console.error(e))
   await boss.start()
   await boss.createQueue('poll')
+  startAt(Date.now() / 1000 + 1)
   for (const t of triggers) await boss.send('poll', data(t), { startAfter: new Date(t.phase * 1000) })
   // includeMetadata: each job's own start_after, so the next one is due exactly one interval later
   await boss.work('poll', { pollingIntervalSeconds: 0.5, batchSize: 50, includeMetadata: true }, async jobs => {
@@ -97,6 +105,7 @@ async function graphileWorker () {
   const { run } = await import('graphile-worker')
   const { default: pg } = await import('pg')
   const pgPool = new pg.Pool({ max: 6 }) // from PG* variables
+  pgPool.on('error', e => console.error('pool error', e))
   const runner = await run({
     pgPool,
     concurrency: 6,
@@ -105,18 +114,21 @@ async function graphileWorker () {
     taskList: {
       poll: async (payload, helpers) => {
         const t = byId.get(payload.trigger_id)
+        if (helpers.job.attempts > 1) console.error(`retry of ${t.trigger_id}: ${helpers.job.last_error}`)
         const due = helpers.job.run_at.getTime() / 1000
         fired(t.trigger_id, due)
         await helpers.addJob('poll', data(t), { runAt: new Date((due + t.every) * 1000) })
       }
     }
   })
+  startAt(Date.now() / 1000 + 1)
   for (const t of triggers) await runner.addJob('poll', data(t), { runAt: new Date(t.phase * 1000) })
   return async () => { await runner.stop(); await pgPool.end() }
 }
 
 const stop = await ({ 'pg-boss': pgBoss, 'graphile-worker': graphileWorker })[library]()
 write()
+setInterval(write, 1000) // so a test can wait until every trigger has fired
 console.log('ready')
 let stopping = false
 for (const sig of ['SIGTERM', 'SIGINT']) {
