@@ -331,8 +331,8 @@ FROM {table}
 
 -- name: partitions
 -- the leaf partitions of a partitioned table, largest first (pg-boss keeps one per queue)
-SELECT c.oid::regclass::text AS name, c.relpages::bigint AS pages, c.reltuples::float8 AS reltuples
+SELECT c.oid::regclass::text AS name, pg_relation_size(c.oid) AS bytes
 FROM pg_partition_tree(%(relid)s::oid::regclass) p
 JOIN pg_class c ON c.oid = p.relid
 WHERE p.isleaf
-ORDER BY c.relpages DESC, c.reltuples DESC, c.relname
+ORDER BY pg_relation_size(c.oid) DESC, c.relname

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.owntable.libraries import EVERY, TRIGGERS, inspect_and_capture, python_app
+from tests.owntable.libraries import EVERY, TRIGGERS, check_signatures, inspect_and_capture, python_app
 
 CASES = {
     # library: (the tenant's path in its row, the library signatures expected)
@@ -47,6 +47,5 @@ def test_a_job_library_table_captured_and_diagnosed(library, library_db, tmp_pat
     tenant, expected = CASES[library]
     app = python_app(library, library_db, tmp_path / "app.json", TRIGGERS, EVERY)
     found, captured, did = inspect_and_capture(library, library_db, app, tmp_path, tenant)
-    got = {k: found[k]["shown"] for k in expected}
-    assert got == expected, {k: (found[k]["shown"], found[k]["figure"]) for k in expected}
+    check_signatures(found, expected)
     assert captured["preset"]["name"] == library and captured["row_per_fire"] is True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.owntable.libraries import EVERY, TRIGGERS, inspect_and_capture, libpq_env, node_app
+from tests.owntable.libraries import EVERY, TRIGGERS, check_signatures, inspect_and_capture, libpq_env, node_app
 
 CASES = {
     "pg-boss": (
@@ -37,8 +37,7 @@ def test_a_node_job_library_table_captured_and_diagnosed(library, library_db, tm
     tenant, expected = CASES[library]
     app = node_app(library, library_db, tmp_path / "app.json", TRIGGERS, EVERY)
     found, captured, _ = inspect_and_capture(library, library_db, app, tmp_path, tenant)
-    got = {k: found[k]["shown"] for k in expected}
-    assert got == expected, {k: (found[k]["shown"], found[k]["figure"]) for k in expected}
+    check_signatures(found, expected)
     if library == "graphile-worker":  # ...one insert and one delete per fire
         assert found["delete_reinsert_churn"]["shown"] is True, found["delete_reinsert_churn"]
     assert captured["row_per_fire"] is True

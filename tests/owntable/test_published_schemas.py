@@ -18,7 +18,7 @@ from psycopg import sql
 
 from loadgen.population import from_trace
 from schedulers.sqlfile import load_blocks
-from tests.owntable.libraries import bench, ok
+from tests.owntable.libraries import bench, check_signatures, findings, ok
 
 BLOCKS = load_blocks(Path(__file__).with_name("published_schemas.sql"))
 TRIGGERS = 40
@@ -99,9 +99,7 @@ def test_a_published_schema_captured_from_its_finished_rows(preset, library_db, 
             str(tmp_path / "c"),
         )
     )
-    found = {f["key"]: f for f in json.loads((tmp_path / "i" / "inspect.json").read_text())["diagnosis"]}
-    got = {k: found[k]["shown"] for k in expected}
-    assert got == expected, {k: (found[k]["shown"], found[k]["figure"]) for k in expected}
+    check_signatures(findings(tmp_path / "i"), expected)
     captured = json.loads((tmp_path / "c" / "capture.json").read_text())
     population = from_trace(tmp_path / "c" / "trace.csv")
     assert captured["triggers"] == TRIGGERS and captured["interval_sources"]["rearms"] == TRIGGERS
