@@ -261,10 +261,13 @@ INSPECT_WATCH = "4s"
 CAPTURE_WATCH = f"{2 * LONGEST_S + 2}s"  # two intervals: a row missed between two samples is outvoted
 
 
-def inspect_and_capture(preset: str, dsn: str, app: App, tmp_path: Path, tenant: str) -> tuple[dict, dict, dict]:
+def inspect_and_capture(
+    preset: str, dsn: str, app: App, tmp_path: Path, tenant: str, expected: dict[str, bool | None]
+) -> dict[str, dict]:
     """Once the application has run three times as many jobs as it has triggers (so finished rows
     outnumber pending ones where the library keeps them): ``bench inspect --preset`` then ``bench
-    capture --preset`` with the tenant's path; the application's figures after it stops."""
+    capture --preset`` with the tenant's path: the capture checked against what the application
+    did, the library signatures against ``expected``; inspect's findings returned."""
     try:
         app.wait_fires(3 * app.figures()["triggers"], timeout_s=20 * LONGEST_S)
         ins = ok(
@@ -297,4 +300,7 @@ def inspect_and_capture(preset: str, dsn: str, app: App, tmp_path: Path, tenant:
         f"capture {captured['triggers']} triggers, {captured['rate_per_s']:.2f} fires/s, {captured['tenants']} "
         f"tenants\n{ins.stdout}\n{cap.stdout}"
     )
-    return findings(tmp_path / "i"), captured, did
+    found = findings(tmp_path / "i")
+    check_signatures(found, expected)
+    assert captured["preset"]["name"] == preset and captured["row_per_fire"] is True
+    return found
