@@ -31,14 +31,6 @@ run: install
 	echo "the embedded Postgres and Temporal are still running for the next command; stop them with: $(BIN)/bench env down"; \
 	exit $$status
 
-# The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
-# The session stops the embedded servers it started; ones already running stay up.
-# Three pytest-xdist workers, a test file per worker at a time: most tests wait on timers and
-# runs, not on the CPU (the machine's load stays near 1), so three at once take ~9 minutes on
-# 2 cores where one at a time takes ~24.
-test: install $(NODE_APPS)/node_modules/.installed-lock
-	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadfile tests
-
 # The npm packages of the owntable tests' node applications (pg-boss, graphile-worker), at the
 # lock file's versions, with npm's cache inside the directory (both gitignored); the stamp holds
 # the lock file it installed (tests/owntable/libraries.py checks the same, for a bare pytest).
@@ -46,6 +38,14 @@ NODE_APPS := tests/owntable/node
 $(NODE_APPS)/node_modules/.installed-lock: $(NODE_APPS)/package-lock.json
 	cd $(NODE_APPS) && npm ci --cache .npm-cache --prefer-offline --no-audit --no-fund --loglevel=error
 	cp $(NODE_APPS)/package-lock.json $@
+
+# The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
+# The session stops the embedded servers it started; ones already running stay up.
+# Three pytest-xdist workers, a test file per worker at a time: most tests wait on timers and
+# runs, not on the CPU (the machine's load stays near 1), so three at once take ~9 minutes on
+# 2 cores where one at a time takes ~24.
+test: install $(NODE_APPS)/node_modules/.installed-lock
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadfile tests
 
 stack-down:
 	-$(BIN)/bench env down
