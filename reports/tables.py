@@ -722,8 +722,8 @@ def run_checks(run: Run) -> list[Check]:
             held,
             "unknown"
             if share is None or offered is None
-            else f"achieved {fmt.num(s['achieved_rate'])} of {fmt.num(s['offered_rate'])} fires/s offered ({share * 100:.1f}%), "
-            f"offered {offered * 100:.1f}% of the {fmt.num(s['target_rate'])} fires/s target "
+            else f"achieved {fmt.num(s['achieved_rate'])} of {fmt.num(s['offered_rate'])} fires/s offered "
+            f"({share * 100:.1f}%), offered {offered * 100:.1f}% of the {fmt.num(s['target_rate'])} fires/s target "
             f"(held means both ≥ {RATE_HELD_FRACTION:.0%})",
         )
     )

@@ -65,7 +65,9 @@ def partition_name(table: str, remainder: int) -> str:
 
 class PgPartitionedScheduler(PgLeasedScheduler):
     name = "pg_partitioned"
-    description = "pg_leased over N hash partitions of one database, claimed round-robin (the Composio article's rejected split)"
+    description = (
+        "pg_leased over N hash partitions of one database, claimed round-robin (the Composio article's rejected split)"
+    )
     default_options: dict[str, Any] = {
         **PgLeasedScheduler.default_options,
         # Hash partitions of schedule and state. 8: at the production population (~48,000

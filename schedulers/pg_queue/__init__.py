@@ -126,7 +126,9 @@ INDEXES = (
 
 class PgQueueScheduler:
     name = "pg_queue"
-    description = "the Composio article's 'before': Postgres table as queue, delete + re-insert per poll (the doom loop)"
+    description = (
+        "the Composio article's 'before': Postgres table as queue, delete + re-insert per poll (the doom loop)"
+    )
     default_options: dict[str, Any] = {
         "tick_s": 1.0,  # the scheduler wakes this often and claims one batch, seconds (tick-1s)
         "batch": 800,  # rows claimed per tick (batch-800)

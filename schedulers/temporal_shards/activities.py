@@ -161,13 +161,13 @@ class ShardActivities:
         eff_ids = [f.timer_id for f, o in zip(fires, outcomes) if o.effect]
         eff_dues = [f.due_at for f, o in zip(fires, outcomes) if o.effect]
         if self.s.skip_unchanged_state:
-            # the optimisation the Composio article lists as "next on the list" (skip-unchanged): no write (no TOAST churn)
-            # when the poll left the state as it was
+            # the optimisation the Composio article lists as "next on the list" (skip-unchanged): no
+            # write (no TOAST churn) when the poll left the state as it was
             states = [(f.timer_id, o.new_state) for f, o in zip(fires, outcomes) if o.new_state is not None]
         else:
-            # the Composio article as measured (toast-third): every commit writes the poll state, so every fire rewrites all
-            # of its TOAST chunks (the state read at claim goes back when the poll left it alone;
-            # Postgres compares no bytes, a value sent again is stored again like a re-encrypted one)
+            # the Composio article as measured (toast-third): every commit writes the poll state, so
+            # every fire rewrites all of its TOAST chunks (the state read at claim goes back when the
+            # poll left it alone; Postgres compares no bytes, a value sent again is stored again)
             states = [
                 (f.timer_id, o.new_state if o.new_state is not None else f.state)
                 for f, o in zip(fires, outcomes)

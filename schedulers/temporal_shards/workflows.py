@@ -44,9 +44,7 @@ ARM_SIGNAL = "arm"
 ARMED_QUERY = "armed"
 KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
 HANDED_FOR_S = 60.0  # the 'armed' query reports a timer handed to a batch poller this long
-PAYLOAD_LIMIT_BYTES = (
-    2 * 1024 * 1024
-)  # Temporal's limit.blobSize.error default (can-2mb)
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024  # Temporal's limit.blobSize.error default (can-2mb)
 SPLIT_RETRY_S = 1.0  # a shard past the split mark tries to split at most this often (workflow time)
 CLOSED_FULL = "full"  # a batch flushed because it reached its type's batch size
 CLOSED_MAX_LAG = "max_lag"  # a batch flushed because its oldest timer had waited MaxLag (maxlag-10s)

@@ -76,7 +76,9 @@ async def test_temporal_persistence_requests_rise_with_the_fire_count(make_ctx, 
             first = len(proc.received)
             now = time.time()
             await s.arm([Timer(f"p{n}-{i}", now + 0.3 + 0.01 * i) for i in range(n)])
-            assert await wait_until(lambda: len(proc.received) >= first + n, 60), f"{len(proc.received) - first} of {n}"
+            assert await wait_until(lambda first=first, n=n: len(proc.received) >= first + n, 60), (
+                f"{len(proc.received) - first} of {n}"
+            )
             await asyncio.sleep(1.0)  # the batches' workflows complete
             await sampler.sample(edge=True)  # an edge sample scrapes
             requests.append(sampler.latest[(scope, "persistence_requests")])

@@ -269,8 +269,8 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
     slowest_ms = max(t for _, _, t, _ in statements)
     print(
         f"statements by {role}: {len(statements)} ({sorted(kinds)}), slowest {slowest_ms:.1f} ms; lock samples "
-        f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} s; "
-        f"loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s"
+        f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} "
+        f"s; loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s"
     )
     assert slowest_ms < STATEMENT_TIMEOUT_MS, slowest_ms
     assert watcher.modes <= {("relation", "AccessShareLock")}, watcher.modes

@@ -1,5 +1,5 @@
 """pg_partitioned beyond the shared conformance suite: its layout, its round-robin claims, and the
-two halves of seeds/003's sentence ("Smaller tables would scan faster, but splitting them within
+two halves of the Composio article's sentence ("Smaller tables would scan faster, but splitting them within
 one database would still leave them sharing a vacuum horizon"), measured from Postgres' own
 statistics views and EXPLAIN (ANALYZE, BUFFERS) of the real claim. Real Postgres throughout."""
 
@@ -168,7 +168,7 @@ async def test_one_idle_snapshot_keeps_dead_tuples_in_every_partition_until_rele
         with psycopg.connect(dsn, autocommit=True) as conn:
             where = partition_of(conn, schema)
             # An idle session with an open transaction that read nothing of ours: its snapshot
-            # alone pins the horizon of the whole database (seeds/003).
+            # alone pins the horizon of the whole database (the Composio article).
             await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             await holder.execute("SELECT 1")
             proc = PollingProcessor(intervals, STATE_BYTES)
@@ -269,7 +269,7 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
                 await s.arm(timers)
             probe(conn, "backlog, no dead tuples")
 
-            # 2. The same, after firing four cycles under one idle snapshot (seeds/003): the dead
+            # 2. The same, after firing four cycles under one idle snapshot (the Composio article): the dead
             # index entries of every fire stay in the due range the claim walks.
             await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             await holder.execute("SELECT 1")
@@ -317,7 +317,8 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
         print(
             f"  {label:38} pg_leased {buf:6} for {rows:3} rows ({buf / max(rows, 1):5.1f}/row) | a partition: "
             f"median {statistics.median(bufs):6.0f}, max {max(bufs):6} for {statistics.median(got):3.0f} rows "
-            f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim {buf / statistics.median(bufs):.1f}x fewer"
+            f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim "
+            f"{buf / statistics.median(bufs):.1f}x fewer"
         )
     # Asserted per claim where the due range dominates it (a backlog, with or without dead
     # entries): a partition holds 1/N of it, and a full batch comes out of either. The steady

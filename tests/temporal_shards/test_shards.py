@@ -69,7 +69,7 @@ async def arm_until_continued(
     for i in range(0, len(timers), 10):
         await s.arm(timers[i : i + 10])
     for round_ in range(46):
-        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
+        ok = await wait_until(lambda timers=timers: proc.ids() >= {t.id for t in timers}, 25)
         assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
         if (await s.shard_report())["continue_as_new"] >= continued or round_ == 45:
             return timers

@@ -1,4 +1,4 @@
-"""The deciding part of the report (issue 17): the fairness scorecard against hand-computed
+"""The deciding part of the report: the fairness scorecard against hand-computed
 values, the per-day projections against the per-fire figures, the gate's verdicts and exit code,
 and a recommendation that follows the figures behind it."""
 
@@ -231,9 +231,9 @@ def gate(base: list[Run], cand: list[Run], text: str):
 def test_gate_fails_on_a_regression_and_passes_within_the_threshold():
     base = [run("old", 1000.0, 5000.0)]
     v = gate(base, [run("new", 1100.0, 5200.0)], "lag_p99>+15%,wal_per_fire>+10%,lost>0")
-    assert not v.failed, [l.why for l in v.lines]
+    assert not v.failed, [line.why for line in v.lines]
     v = gate(base, [run("new", 1200.0, 5200.0)], "lag_p99>+15%,wal_per_fire>+10%,lost>0")
-    assert v.failed and [l.threshold.text for l in v.lines if l.failed] == ["lag_p99>+15%"]
+    assert v.failed and [line.threshold.text for line in v.lines if line.failed] == ["lag_p99>+15%"]
     v = gate(base, [run("new", 900.0, 4000.0, lost=1)], "lost>0")
     assert v.failed
 

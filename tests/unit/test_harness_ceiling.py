@@ -1,4 +1,4 @@
-"""The harness's own ceiling beside each run (issue 21): finding the calibration run of a
+"""The harness's own ceiling beside each run: finding the calibration run of a
 workload and the check each run gets from it."""
 
 import json

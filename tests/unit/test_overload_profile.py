@@ -1,4 +1,4 @@
-"""The overload profile's series (issue 21): backlog and work per fire over time, against hand
+"""The overload profile's series: backlog and work per fire over time, against hand
 counts on a synthetic run; the figure appears only for a run offered more than it achieved."""
 
 from __future__ import annotations

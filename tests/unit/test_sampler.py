@@ -41,11 +41,11 @@ async def test_sampler_reads_table_and_toast_stats_as_deltas(pg_dsn, schema, tmp
     sampler = Sampler(OneTable(schema), FireRecorder(tmp_path / "segments", now, now + 60), pg_dsn, tmp_path)
     await sampler.open()  # the baseline: the 50 inserts above are before the run
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        # incompressible 4 KB states go to the TOAST table (seeds/003)
+        # incompressible 4 KB states go to the TOAST table (the Composio article)
         conn.execute(
             sql.SQL(
-                "UPDATE {}.triggers t SET state = (SELECT decode(string_agg(md5(random()::text || g || t.id), ''), 'hex')"
-                " FROM generate_series(1, 256) g) WHERE id <= 10"
+                "UPDATE {}.triggers t SET state = (SELECT decode(string_agg(md5(random()::text || g || t.id), ''), "
+                "'hex') FROM generate_series(1, 256) g) WHERE id <= 10"
             ).format(sql.Identifier(schema))
         )
         conn.execute(sql.SQL("DELETE FROM {}.triggers WHERE id > 45").format(sql.Identifier(schema)))
