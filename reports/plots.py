@@ -366,12 +366,10 @@ OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], C
         "batch_sizes",
         "Batch sizes",
         "Share of the batches each backend handed to its processors by size, in the measured window "
-        "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason it "
-        "closed: "
-        "full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers a batch the "
-        "Composio "
-        "article reports at 556 fires/s. At a steady rate a shard flushes about every MaxLag, so its batches hold "
-        "about rate × MaxLag / shards timers.",
+        "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason "
+        "it closed: full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers "
+        "a batch the Composio article reports at 556 fires/s. At a steady rate a shard flushes about every "
+        "MaxLag, so its batches hold about rate × MaxLag / shards timers.",
         batch_size_histogram,
         has_batch_sizes,
     ),
@@ -382,15 +380,18 @@ def figure_number(key: str) -> int:
     return next(i for i, spec in enumerate(FIGURE_SPECS, 1) if spec[0] == key)
 
 
-def render_figures(runs: list[Run]) -> list[Figure]:
-    figures = [
-        Figure(key, title, caption, render(runs), number=i)
-        for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)
-    ]
+def figure_plan(runs: list[Run]) -> list[tuple[int, str, str, str, Callable[[list[Run]], bytes]]]:
+    """The figures a report of these runs shows, in order, not yet rendered: ``(number, key, title,
+    caption, renderer)``; every fixed figure, then the optional ones these runs have."""
+    plan = [(i, key, title, caption, render) for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
     for key, title, caption, render, present in OPTIONAL_FIGURE_SPECS:
         if present(runs):
-            figures.append(Figure(key, title, caption, render(runs), number=len(figures) + 1))
-    return figures
+            plan.append((len(plan) + 1, key, title, caption, render))
+    return plan
+
+
+def render_figures(runs: list[Run]) -> list[Figure]:
+    return [Figure(key, title, caption, render(runs), number=n) for n, key, title, caption, render in figure_plan(runs)]
 
 
 def tenant_p99(runs: list[Run]) -> bytes:
