@@ -96,8 +96,9 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
             await asyncio.sleep(0.6)
             scan_before = due_scan_buffers(conn, s)
             task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
-            await asyncio.sleep(2.0)
-            dead_mid = table_stats(conn, schema, "triggers")["n_dead_tup"]
+            first_cycle = await _wait_for(lambda: len(proc.fired) == n, 20.0)
+            assert first_cycle, f"{len(proc.fired)} of {n} triggers fired once"
+            dead_mid = table_stats(conn, schema, "triggers")["n_dead_tup"]  # after the first cycle
             ok = await _wait_for(lambda: len(proc.fired) == n and min(proc.fired.values()) >= 3, 20.0)
             stop.set()
             await asyncio.wait_for(task, 30)
@@ -129,7 +130,7 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
 
     print(
         f"\npg_queue with an idle old snapshot: {fires} fires of {n} triggers; n_dead_tup "
-        f"{dead_mid} after 2s, {dead_before_vacuum} at stop, {dead_while_held} after VACUUM while "
+        f"{dead_mid} after the first cycle, {dead_before_vacuum} at stop, {dead_while_held} after VACUUM while "
         f"held, {dead_released} after VACUUM once released; the due-work query touched "
         f"{scan_before} buffers before the run, {scan_held} while held, {scan_released} once vacuumed"
     )
