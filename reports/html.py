@@ -12,6 +12,7 @@ from html import escape
 
 from reports import fmt
 from reports.capacity import section_capacity_html
+from reports.checks import run_checks, warning_lines
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
@@ -25,8 +26,6 @@ from reports.tables import (
     environment_value,
     how_to_read_report,
     migration_lag_rows,
-    run_checks,
-    warning_lines,
 )
 from reports.why import why_blocks
 

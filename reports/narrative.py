@@ -11,7 +11,8 @@ from metrics.rundir import NOT_DELIVERED
 from reports import fmt
 from reports.load import Run
 from reports.plots import figure_number
-from reports.tables import RATE_HELD_FRACTION, SummaryTable, offered_share, rate_held, rate_share
+from reports.rows import RATE_HELD_FRACTION, offered_share, rate_held, rate_share
+from reports.tables import SummaryTable
 
 
 @dataclass

@@ -4,8 +4,8 @@ workload and the check each run gets from it."""
 import json
 
 from reports import harness_ceiling
+from reports.checks import run_checks
 from reports.load import load_runs
-from reports.tables import run_checks
 
 SHAPE = {
     "name": "production",
