@@ -16,7 +16,7 @@ from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
 from schedulers.base import REGISTRY, Timer, create, scheduler_class
 from tests.conformance.helpers import SLACK_S, wait_until
-from tests.cost.conftest import schema_relations, settle, stat_counters
+from tests.cost.conftest import schema_relations, settle, settled_counters, stat_counters
 
 SCANS = ("seq_scan", "idx_scan")
 SAMPLES = 10  # samples taken between the window's edges
@@ -31,10 +31,14 @@ async def scans_while_sampling(scheduler, ctx, tmp_path) -> dict[str, dict[str, 
         scheduler, FireRecorder(tmp_path / "segments", 0, 0), ctx.dsn, tmp_path, extensions=usable, every_s=0.2
     )
     await scheduler.arm([Timer(f"d-{i}", time.time() + 3600, "poll", f"t{i % 4}") for i in range(300)])
-    await settle()
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         rels = schema_relations(conn, ctx.schema)
-        before = stat_counters(conn, list(rels), SCANS)
+        # the setup's and the arm's scans are counted before, not in the window: wait until the
+        # arm's inserts show and the counters stop moving
+        counted = await settled_counters(
+            conn, list(rels), (*SCANS, "n_tup_ins"), until=lambda c: sum(x["n_tup_ins"] for x in c.values()) >= 300
+        )
+        before = {oid: {k: c[k] for k in SCANS} for oid, c in counted.items()}
     stop = asyncio.Event()
     await sampler.open()
     await sampler.window_start()
