@@ -39,12 +39,10 @@ from metrics import rundir
 # Short defaults so a sweep of every backend finishes in minutes on a 2-core machine.
 DEFAULT_DURATION = "30s"
 DEFAULT_WARMUP = None  # one maximum interval of the workload (bench run's default)
-# The harness-ceiling preset (10-20 s poll intervals, a 2 ms provider) with the Composio article's
-# 4 kB poll state (toasted-state: wide, TOASTed rows). Short intervals keep the population (rate x mean
-# interval) at 5,000/s to 75,000 triggers and make every trigger fire several times in a short
-# run; the fast provider keeps the simulated provider's tail out of the scheduler's lag (with the
-# production preset's 900 ms p99 poll, a batch lasts as long as its slowest poll and even the
-# in-memory scheduler shows ~1 s p99 lag at 500/s: that measures the provider, not the store).
+# The harness-ceiling preset (10-20 s intervals, a 2 ms provider) with the Composio article's 4 kB
+# state: short intervals keep the population small and every trigger firing in a short run, and
+# the fast provider keeps its tail out of the lag (with production's 900 ms p99 poll even the
+# memory scheduler shows ~1 s p99 at 500/s: the provider, not the store).
 DEFAULT_WORKLOAD = "ceiling"
 DEFAULT_WORKLOAD_ARGS = ["--state-size", "4096"]
 
