@@ -7,7 +7,8 @@ Benchmark's rate search, stepping up a fixed list instead of bisecting). Whether
 is the pure rule of :mod:`harness.sweep_rule`.
 
 Before the backends, pgbench runs pg_leased's claim-and-re-arm SQL against the same server
-(``loadgen/pgbench``): the ceiling each backend's rate is shown against. ``sweep.json`` is
+(``loadgen/pgbench``): the ceiling each backend's rate is shown against (every claim is a write:
+the timer-wheel article's claim-ceiling). ``sweep.json`` is
 rewritten after every run, so an interrupted sweep still leaves what it measured; the HTML and
 Markdown reports (``bench report`` of the sweep's runs, with a sweep section) come last.
 """
