@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The main job on the embedded defaults: a steady-state comparison of the Composio article's two
-# designs and pg_leased at its 556 fires/s (named, so a newly registered backend does not lengthen it: compare one
-# with `bench compare --schedulers ...`). production-compressed is the production shape 4x faster
+# designs and pg_leased at its 556 fires/s (named, so a newly registered backend does not lengthen
+# it: compare one with `bench compare --schedulers ...`). production-compressed is the production shape 4x faster
 # (15-30 s intervals, ~12,000 triggers, 30 s warm-up, 90 s window: ~4 cycles per trigger); the
 # full shape is `bench compare --workload production` (2 min warm-up + 10 min window per backend,
 # ~40 min for three).
