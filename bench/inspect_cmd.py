@@ -48,7 +48,8 @@ def inspect(
     dsn, table, preset, where, statement_timeout, lock_timeout, due_column, watch, analyze, compare, out_dir
 ) -> None:
     """Diagnose SCHEMA.TABLE (or a job library's, --preset) read-only: shape, churn, the vacuum
-    horizon, bloat, the cost of finding due work, and which failure signatures it shows."""
+    horizon, bloat, the cost of finding due work, and which failure signatures it shows (the
+    Composio article's, and the job library's own)."""
     from harness.inputs import parse_duration_option
     from harness.inspect_run import inspect_table
     from harness.job_libraries import preset as find_preset

@@ -264,7 +264,7 @@ left(encode(sha256(convert_to(%(key)s || {text}, 'UTF8')), 'hex'), 16)
 
 -- name: due_query
 -- the question a table-as-queue asks every tick: the oldest due rows, 800 at a time (the
--- Composio article, docs/sources.md: "selected up to 800 due rows"), among the pending rows when
+-- Composio article: "selected up to 800 due rows"), among the pending rows when
 -- a preset or --where says which those are. A plain SELECT: no FOR UPDATE (a read-only
 -- transaction could not lock rows, and inspecting must not)
 SELECT {due} FROM {table} WHERE {due} <= {now} AND {pending} ORDER BY {due} LIMIT 800
