@@ -77,8 +77,7 @@ ARTICLE_FIGURE.update(
         "policy, or the history outgrows the work",
         "due_index_includes_finished": "the timer-wheel article: an index on the fire time of "
         "every row grows with history, one on scheduled rows only stays the size of the backlog",
-        "missing_partial_index": "the timer-wheel article: a partial index WHERE status = "
-        "'scheduled' on the fire time",
+        "missing_partial_index": "the timer-wheel article: a partial index WHERE status = 'scheduled' on the fire time",
     }
 )
 
