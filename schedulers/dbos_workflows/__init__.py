@@ -75,7 +75,7 @@ class DbosWorkflowsScheduler:
         "sweep_s": 5.0,  # seconds between looks for dead executors, per launch
         "queue_polling_s": 1.0,  # DBOS queue polling interval (DBOS's default)
         "sys_db_pool_size": 20,  # DBOS's system-database pool (DBOS's default)
-        "dispatch_allowance_s": 2.0,  # seconds of DBOS step overhead a fire may take on top of its
+        "dispatch_allowance_s": 15.0,  # seconds of DBOS step overhead a fire may take on top of its
         # wait in normal operation (see the lag bound in the module docstring)
         "pool_size": 12,  # this instance's own psycopg pool (arms, batches, heartbeats)
         **storage_options(fillfactor_pct=50),

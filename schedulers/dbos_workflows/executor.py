@@ -129,6 +129,7 @@ class Launch:
 # -- the process's one launch --------------------------------------------------------------------
 
 _current: Launch | None = None
+_ending: asyncio.Future | None = None  # the last launch's DBOS.destroy: a new launch waits for it
 _guard = threading.Lock()  # _current is read from DBOS's threads
 _lock: asyncio.Lock | None = None
 _lock_loop: asyncio.AbstractEventLoop | None = None
@@ -203,11 +204,11 @@ async def acquire(schema: str, make: Callable[[], Launch]) -> Launch:
     on it. A process runs one DBOS, so a launch for another schema is an error."""
     global _current
     async with _async_lock():
+        if _ending is not None and not _ending.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(_ending), STOP_TIMEOUT_S)
         with _guard:
             launch = _current
-        if launch is not None and launch.ended is not None:
-            await _wait_ended(launch)
-            launch = None
         if launch is not None and launch.schema != schema:
             raise RuntimeError(
                 f"dbos_workflows: this process already runs DBOS for schema {launch.schema!r}; DBOS is one "
@@ -237,7 +238,7 @@ async def release(launch: Launch, crashed: bool) -> None:
 
 def end(launch: Launch, stopped: bool) -> asyncio.Task:
     """End ``launch`` (idempotent): stop its background tasks and destroy DBOS in a thread."""
-    global _current
+    global _current, _ending
     if launch.ended is None:
         launch.dead.set()
         for task in launch.tasks:
@@ -245,7 +246,7 @@ def end(launch: Launch, stopped: bool) -> asyncio.Task:
         with _guard:
             if _current is launch:
                 _current = None
-        launch.ended = asyncio.ensure_future(_destroy(launch, stopped))
+        launch.ended = _ending = asyncio.ensure_future(_destroy(launch, stopped))
     return launch.ended
 
 
