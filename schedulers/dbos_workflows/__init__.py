@@ -223,7 +223,8 @@ class DbosWorkflowsScheduler:
         ts = sorted(latest.values(), key=lambda t: t.id)  # row locks in id order, as commit_fires
         ids = [t.id for t in ts]
         fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
-        lead_s = float(self.options["delayed_start_lead_s"])
+        # wait=recv: a holder must be running to hear arm()'s message, so it never starts DELAYED
+        lead_s = float(self.options["delayed_start_lead_s"]) if self.wait == "sleep" else 0.0
         early_s = float(self.options["early_s"])
         pool = await self._pool()
         async with pool.connection() as conn:
@@ -336,10 +337,6 @@ class DbosWorkflowsScheduler:
 
     async def executors_forget(self, ids: list[str]) -> None:
         await self._execute("executor_forget", {"ids": ids, "lease_s": self.lease_s})
-
-    async def recovery_attempts(self, workflow_id: str) -> int:
-        rows = await self._execute("recovery_attempts", {"workflow_id": workflow_id})
-        return int(rows[0][0] or 1) if rows else 1
 
     async def take_over(self, trigger_id: str, me: str, pred: str) -> list[Any] | None:
         """wait=recv: the successor of a restarted workflow becomes the holder (``take_over``)."""

@@ -83,7 +83,10 @@ class Launch:
     dead: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task] = field(default_factory=list)
     ended: asyncio.Task | None = None  # DBOS.destroy in flight or done
-    first_attempts: dict[str, int] = field(default_factory=dict)  # workflow id -> attempt of its next live fire
+    # workflow id -> attempt of its next live fire: 2 for a workflow this launch recovered from a
+    # dead executor (DBOS keeps no delivery count per step; a recovered workflow's first live
+    # poll re-runs the step the dead executor was in, which may have been the wait before it)
+    first_attempts: dict[str, int] = field(default_factory=dict)
     recovered: int = 0  # workflows this launch handed back from dead executors
 
     # -- the step side (called from DBOS's loop, run here) -------------------------------------
@@ -99,9 +102,8 @@ class Launch:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                # The batch failed (processor or store error) before it committed: the fire is
-                # delivered again, as a lease lapse would deliver it.
-                log.exception("dbos_workflows: a poll of %s failed; trying again", trigger_id)
+                # The batch failed (processor or store error; the run loop logged it) before it
+                # committed: the fire is delivered again, as a lease lapse would deliver it.
                 attempt += 1
                 await asyncio.sleep(POLL_RETRY_S)
 
@@ -162,21 +164,6 @@ async def poll(schema: str, trigger_id: str, me: str, pred: str | None) -> list[
         return None
     future = asyncio.run_coroutine_threadsafe(launch.request(trigger_id, me, pred), launch.loop)
     return await asyncio.wrap_future(future)
-
-
-async def note_dispatch(schema: str, me: str) -> None:
-    """At the start of every execution of a workflow (first run or recovery): a recovered
-    workflow's first live poll is a redelivery, and its fire's attempt is the number of times
-    DBOS dispatched the workflow. A read of DBOS's own status row, not checkpointed: it only
-    numbers the fire, never changes which steps run."""
-    launch = current(schema)
-    if launch is None:
-        return
-    future = asyncio.run_coroutine_threadsafe(launch.store.recovery_attempts(me), launch.loop)
-    with contextlib.suppress(Exception):
-        attempts = int(await asyncio.wrap_future(future) or 1)
-        if attempts > 1:
-            launch.first_attempts[me] = attempts
 
 
 async def take_over(schema: str, trigger_id: str, me: str, pred: str) -> list[Any] | None:
@@ -313,6 +300,8 @@ async def _sweep(launch: Launch) -> None:
         return
     handles = await asyncio.to_thread(DBOS._recover_pending_workflows, gone)
     launch.recovered += len(handles)
+    for h in handles:  # their next live poll redelivers the fire they were polling, if any
+        launch.first_attempts[h.get_workflow_id()] = 2
     await launch.store.executors_forget(gone)
     log.info("dbos_workflows: recovered %d workflows of executors %s", len(handles), ", ".join(gone))
 

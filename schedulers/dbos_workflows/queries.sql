@@ -117,11 +117,6 @@ UPDATE {schema}.trigger SET holder = %(holder)s
 WHERE id = %(id)s AND holder IN (%(pred)s, %(holder)s)
 RETURNING extract(epoch FROM fire_at)::float8 AS fire_at;
 
--- name: recovery_attempts
--- How many times DBOS has dispatched this workflow (1 on its first run, +1 per recovery): the
--- attempt number of the first fire a recovered workflow delivers.
-SELECT recovery_attempts FROM {schema}.workflow_status WHERE workflow_uuid = %(workflow_id)s;
-
 -- name: executor_register
 INSERT INTO {schema}.executors (executor_id, heartbeat_at, stopped) VALUES (%(executor_id)s, now(), false)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = now(), stopped = false;

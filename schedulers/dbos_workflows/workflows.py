@@ -57,7 +57,6 @@ async def trigger_workflow(
     settings = executor.settings(store)
     if settings is None:
         return  # this process runs no store of that name (its run ended): nothing to fire
-    await executor.note_dispatch(store, me)
     if settings.wait == "recv" and pred is not None:
         taken = await take_over_step(store, trigger_id, me, pred)
         if taken is None:
