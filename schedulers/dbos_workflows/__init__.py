@@ -1,8 +1,148 @@
 """dbos_workflows: the durable-workflows article's thesis as a shipping library -- DBOS Transact
-(``dbos`` on PyPI, pinned in pyproject): durable workflows on the Postgres you already operate,
-no orchestrator besides it.
+for Python (``dbos``, pinned in pyproject): durable workflows checkpointed in the Postgres you
+already operate, with no orchestrator besides it.
 
-(Draft docstring; completed below once measured.)
+One durable DBOS workflow per trigger (``workflows.py``), written the way DBOS's documentation
+writes a durable loop: it waits for the fire time with a durable wait (``DBOS.sleep``; or
+``DBOS.recv`` with a timeout, ``wait=recv``), runs one poll step, and loops on the fire time the
+step returns; after ``fires_per_workflow`` fires it enqueues a fresh workflow for its trigger
+and returns, because DBOS re-runs a workflow from its first step on recovery (replaying every
+checkpoint) and keeps every checkpoint of a workflow until it is deleted: an unbounded loop
+must not stay one workflow.
+
+Data flow of one fire:
+
+1. The workflow's wait ends (DBOS checkpointed its wake time when it began: one
+   ``operation_outputs`` row; ``recv`` writes two, its timeout and its result).
+2. The poll step hands the trigger to this process's run loops (``executor.py``): the woken
+   workflows of a few milliseconds (``batch_wait_s``) form one batch, read in one statement
+   (``fetch_fires``: row and poll state by key), polled by the processor in one call (outcomes
+   handed back as polls finish), and committed per group in one statement (``commit_fires``:
+   next fire time, version + 1, changed poll state, effects under ``(trigger_id, due_at)``).
+3. Only then does each step return its trigger's next fire time, and DBOS checkpoints the step
+   (a second ``operation_outputs`` row). The workflow waits again.
+
+Trigger state lives in this design's own tables (``schema.sql``: ``trigger`` with its fire time,
+version and holder workflow, ``trigger_state``, ``effects``, ``executors``), beside DBOS's system
+tables in the same schema. A commit is fenced on the row's version and holder, so a move or a
+disarm that lands while a poll is in flight wins, and a step DBOS re-runs after a crash finds its
+commit already made (the version moved on) and returns the committed fire time without firing.
+
+Why an in-process batcher and not a DBOS queue for the processor's batches: DBOS's unit of work
+is a workflow and a step, one trigger each; a queue dequeues workflows, not fires, so a batch
+on a queue means a batch workflow per batch -- pg_leased's claim rebuilt on DBOS, with DBOS's
+checkpoints added to it and the per-trigger durable wait (the point of the design) gone. The
+batcher keeps each trigger's workflow DBOS's and turns only the processor call and the commit
+into batches, which is what the Processor contract asks (batches of Fires, one Outcome each,
+then one commit).
+
+Arming (``arm``): one transaction locks and upserts the rows and, for a trigger that needs a
+holder (new, finished, or moved earlier than the time its holder sleeps until), starts its
+workflow through DBOS's own SQL entry point (the ``enqueue_workflow`` function its migrations
+install; portable JSON arguments) on the ``timerbench_timers`` queue: an armed row always has a
+workflow, and the other way round. A first fire further out than ``delayed_start_lead_s`` is
+enqueued DELAYED until that long before it (DBOS moves it to ENQUEUED in its once-a-second
+background job), so 12,000 triggers armed at once are not 12,000 workflows started at once.
+A move to a later time only updates the row (the holder wakes at the old time, finds the new
+one, waits again); a move earlier starts a new holder (the old one finds itself replaced at its
+next poll and returns). With ``wait=recv`` arm() instead wakes the holder with a DBOS message
+(DBOS's ``send_message`` SQL function, same transaction), and holders never start DELAYED
+(they must be running to hear it).
+
+Where DBOS keeps its tables, per run: ``dbos_system_schema`` is the run's schema
+(``StoreContext.schema``), so each test and run has its own system tables, and parallel tests
+never share a queue, a workflow id or an application version row. ``setup`` runs DBOS's own
+migrations there (``DBOS.migrate``, idempotent: 0.8 s the first time, 0.06 s after) and
+registers the queue through DBOS's client (``register_queue``, idempotent); ``teardown`` ends
+this process's DBOS launch on the schema, then drops the schema with everything in it. One
+thing the schema does not isolate: DBOS's LISTEN/NOTIFY channel names are fixed, so runs on one
+database hear each other's notifications; a notification for a workflow this process does not
+wait on wakes nothing (``wait=sleep`` uses none at all).
+
+DBOS is one executor per process (``DBOS(config)``, ``DBOS.launch()``, ``DBOS.destroy()``):
+
+* a process runs one store: a second schema in one process is refused with a message saying so
+  (``bench migrate dry-run`` between two dbos_workflows stores would need a process each);
+* the ``run()`` loops of one process share one launch (``executor.Launch``), started with the
+  first loop and destroyed with the last; it is launched from a worker thread, so DBOS adopts no
+  event loop of ours and runs its workflows on its own loop, and the poll step crosses to the
+  run loops' loop for the batch;
+* each launch gets a fresh executor id (``<host>-<pid>-<n>``) and a heartbeat row in
+  ``executors``; ``bench serve --nodes`` processes are executors of one application
+  (``timerbench``) on one system database, and any of them dequeues a workflow from the queue;
+* the application version is DBOS's default (a hash of the workflows' source, the DBOS version
+  and the application name): every process of a run runs the same code, so they agree, and
+  DBOS recovers and dequeues only workflows of its own version.
+
+Crash (the ``run`` task cancelled) and recovery: the run loop's in-flight batches die uncommitted,
+and the launch ends at once: ``DBOS.destroy`` cancels every workflow task of the process (DBOS
+records nothing for a cancelled task: the workflows stay PENDING under the dead executor id), the
+heartbeat stops, nothing is released. DBOS itself recovers an executor's PENDING workflows only
+when that executor id launches again, or when Conductor (its hosted control plane, which this
+project cannot reach) tells a live executor to; so each launch's sweeper does Conductor's job:
+an executor whose heartbeat is older than ``lease_s``, or that stopped gracefully, has its
+PENDING workflows handed back to their queue with ``DBOS._recover_pending_workflows`` (the call
+Conductor's recovery makes; DBOS has no public equivalent without Conductor), and a live
+executor dequeues them and replays each from its last checkpoint: its wait ends at the recorded
+wake time, an interrupted poll runs again (``attempt`` 2) and delivers the fire again unless its
+commit had gone through. A slow poll in a live process keeps its fire (the heartbeat is the
+process's), so the slow-owner promise holds.
+
+Capabilities, honestly:
+
+* ``max_lag_s`` = 2 x ``queue_polling_s`` + 1 s (DBOS's background job that ends DELAYED) +
+  ``dispatch_allowance_s`` (15 s). Each fire costs DBOS two checkpoints, each a few
+  system-database round trips from Python (a status and checkpoint read, an insert, an
+  ownership check, a pool pre-ping), and a workflow start costs more; on this 2-core machine,
+  shared with other work at load 12-26, 300 new triggers due within two seconds (the conformance
+  burst) fired 9-14 s after arm() returned. The allowance covers that, with the margin the
+  conformance suite's slack does not have; in steady state below capacity the lag is far lower.
+* ``per_tenant_fairness`` off: each trigger's workflow wakes itself and DBOS dequeues a queue in
+  (priority, created_at) order; no claim ever sees a tenant, so a big tenant's backlog is served
+  in arrival order with everyone else's.
+* ``heartbeat_leases`` on: the executor's heartbeat is the lease of every poll it runs.
+* ``redelivery_s`` = ``lease_s`` + ``sweep_s`` + 2 x ``queue_polling_s`` + 2 s (a launch and a
+  replay).
+* ``cancel`` on: ``disarm`` clears the row's fire time and holder in one statement; the holder
+  fires nothing more and returns at its next poll.
+
+Settings (``default_options``), each with its reason:
+
+* ``wait=sleep``: one checkpoint per wait instead of ``recv``'s two (its timeout and its result)
+  plus a notification row per move; moves are rare next to re-arms, and a move earlier costs
+  one workflow start instead.
+* ``fires_per_workflow=100``: a recovery replays at most 200 checkpoints; a restart costs a
+  workflow start (status, input and output rows) per 100 fires.
+* ``batch=200``, ``batch_wait_s=0.02``, ``inflight_batches=8``: the run loop's shape of pg_leased
+  (a batch of 200, rows in flight counted in fires); the 20 ms gather turns the trickle of woken
+  workflows into batches without adding to the lag that matters.
+* ``early_s=0.25``: a poll that arrives this close before its fire time waits in the batch
+  instead of another durable wait (never early: the batch waits for its latest fire time).
+* ``delayed_start_lead_s=5``: see arming; longer than DBOS's background job (1 s) plus two queue
+  polls, so a DELAYED holder is running before its fire.
+* ``lease_s=30``, ``heartbeat_fraction=1/3``, ``sweep_s=5``: pg_leased's lease; Conductor's own
+  executor timeout is 60 s.
+* ``queue_polling_s=1.0`` and ``sys_db_pool_size=20``: DBOS's defaults (as are its pool
+  pre-ping, its LISTEN/NOTIFY, its serializer and its logging, here at WARNING). No retention:
+  DBOS keeps every finished workflow until deleted, and Conductor's default retention (1M
+  workflows) would delete nothing within a run.
+* ``fillfactor_pct=50`` on ``trigger`` and ``trigger_state`` (the storage knobs every Postgres
+  design accepts, ``schedulers/pg.py``), as the Temporal designs' tables: room for the version a
+  commit writes. DBOS's own tables keep DBOS's storage settings.
+
+On the bill (``relations``): every table in the run's schema, read from the catalog after DBOS's
+migrations ran there, so a table a DBOS release adds is counted without a change here (today
+13 of DBOS's: ``workflow_status``, ``operation_outputs``, ``workflow_input``,
+``workflow_output``, ``notifications``, ... and the four of this design); before setup, DBOS's
+own schema definition (its SQLAlchemy metadata) and ours.
+
+The better primitives DBOS offers for recurring work, and why the default is not one of them:
+scheduled workflows (``DBOS.create_schedule``, one per trigger) fire on a cron expression
+(seconds at best), so the poll cannot choose the next fire time and a move is a delete and a
+create; each firing is an enqueued workflow, and the schedules are polled every 30 s. A DELAYED
+enqueue per fire (DBOS's queue delay) is measurable here as ``fires_per_workflow=1``: every fire
+is then a workflow DBOS's queue starts when its delay ends, which costs a workflow start per
+fire instead of a checkpoint. Measured figures: ``MEASUREMENTS.md`` beside this file.
 """
 
 from __future__ import annotations
@@ -182,7 +322,12 @@ class DbosWorkflowsScheduler:
             "sys_db_pool_size": int(o["sys_db_pool_size"]),
             "log_level": "WARNING",
         }
-        settings = Settings(queue=QUEUE, wait=self.wait, fires_per_workflow=int(o["fires_per_workflow"]))
+        settings = Settings(
+            queue=QUEUE,
+            wait=self.wait,
+            fires_per_workflow=int(o["fires_per_workflow"]),
+            delayed_start_lead_s=float(o["delayed_start_lead_s"]),
+        )
         return Launch(
             schema=self.ctx.schema,
             dsn=self.ctx.dsn,

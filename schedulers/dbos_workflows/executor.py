@@ -53,6 +53,7 @@ class Settings:
     queue: str
     wait: str  # "sleep" or "recv"
     fires_per_workflow: int
+    delayed_start_lead_s: float  # a new workflow whose fire is further out starts DELAYED (sleep only)
 
 
 @dataclass

@@ -80,8 +80,20 @@ async def trigger_workflow(
         fired += 1 if did_fire else 0
         if fired >= settings.fires_per_workflow:
             successor = executor.successor_id(me)
+            options: dict[str, Any] = {
+                "workflow_name": TRIGGER_WORKFLOW,
+                "queue_name": settings.queue,
+                "workflow_id": successor,
+            }
+            # Like arm(): a successor whose fire is far enough out waits DELAYED on the queue, not
+            # running (with fires_per_workflow=1 every fire is a workflow DBOS's queue starts when
+            # its delay ends). The clock only sets the delay of a checkpointed enqueue: a replay
+            # returns the recorded child and enqueues nothing.
+            delay_s = wake_at - settings.delayed_start_lead_s - time.time()
+            if settings.wait == "sleep" and settings.delayed_start_lead_s > 0 and delay_s > 0:
+                options["delay_seconds"] = delay_s
             await DBOS.enqueue_workflow_with_options_async(
-                {"workflow_name": TRIGGER_WORKFLOW, "queue_name": settings.queue, "workflow_id": successor},
+                options,
                 store,
                 trigger_id,
                 successor,

@@ -83,7 +83,8 @@ async def test_crash_mid_poll_is_recovered_by_the_next_executor(make_ctx):
         await runner.crash(task)
         heir = RecordingProcessor()
         runner.start(heir, "heir")
-        assert await wait_until(lambda: set(k[0] for k in heir.delivered) >= ids, s.capabilities.redelivery_s + bound_s(s))
+        limit = s.capabilities.redelivery_s + bound_s(s)
+        assert await wait_until(lambda: {k[0] for k in heir.delivered} >= ids, limit), "not redelivered"
         assert not dead.delivered, "the crashed owner's polls committed"
         assert {r.attempt for r in heir.received} == {2}, f"redeliveries numbered {[r.attempt for r in heir.received]}"
         assert all(n == 1 for n in heir.delivered.values()), heir.delivered
