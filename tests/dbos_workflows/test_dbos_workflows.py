@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -24,28 +24,21 @@ FAST = dict(DbosWorkflowsScheduler.conformance_options)
 
 
 @dataclass
-class Rearming:
-    """Re-arms each fire ``every_s`` after its due time (fixed cadence) until an id has fired
-    ``times`` times; records (id, due, attempt) of every fire and the delivered effects."""
+class Rearming(RecordingProcessor):
+    """Records like :class:`RecordingProcessor` (``delivered``: effects recorded per key), and
+    re-arms each fire ``every_s`` after its due time (fixed cadence) until an id has fired
+    ``times`` times."""
 
-    every_s: float
-    times: int
-    fires: list[tuple[str, float, int]] = field(default_factory=list)
-    delivered: dict[tuple[str, float], int] = field(default_factory=dict)
+    every_s: float = 0.3
+    times: int = 12
 
     async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
-        self.fires.extend((f.timer_id, f.due_at, f.attempt) for f in fires)
-        seen = [sum(1 for r in self.fires if r[0] == f.timer_id) for f in fires]
+        await super().process(fires)
+        seen = [len(self.of(f.timer_id)) for f in fires]
         return [
             Outcome(next_fire_at=f.due_at + self.every_s if n < self.times else None, effect=True)
             for f, n in zip(fires, seen)
         ]
-
-    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
-        for f, d in zip(fires, delivered):
-            if d:
-                key = (f.timer_id, us(f.due_at))
-                self.delivered[key] = self.delivered.get(key, 0) + 1
 
 
 async def started(make_ctx, **options) -> DbosWorkflowsScheduler:
@@ -140,7 +133,7 @@ async def test_restart_recovery_resumes_from_checkpoints(make_ctx):
         ids = [f"chain-{i}" for i in range(3)]
         await s.arm([Timer(i, t0) for i in ids])
         runner.start(proc, "first")
-        assert await wait_until(lambda: len(proc.fires) >= 12, 12 * 0.3 + bound_s(s)), f"{len(proc.fires)} fires"
+        assert await wait_until(lambda: len(proc.received) >= 12, 12 * 0.3 + bound_s(s)), f"{len(proc.received)} fires"
         await runner.stop_all()
         runner.start(proc, "second")
         done = await wait_until(lambda: len(proc.delivered) >= 36, 12 * 0.3 + s.capabilities.redelivery_s + bound_s(s))
