@@ -1,10 +1,11 @@
-# Two commands from a fresh clone: `make run` (the main job) and `make test` (the tests).
+# Two commands from a fresh clone: `make run` (the main job) and `make test` (the tests);
+# `make test-fast` is the tier without servers, for every change.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test stack-down clean
+.PHONY: install run lint test test-fast stack-down clean
 
 install: $(STAMP)
 
@@ -15,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The main job on the embedded defaults: a steady-state comparison of the seeds' three designs at
-# the seeds' 556 fires/s (named, so a newly registered backend does not lengthen it: compare one
-# with `bench compare --schedulers ...`). production-compressed is the production shape 4x faster
+# The main job on the embedded defaults: a steady-state comparison of the Composio article's two
+# designs and pg_leased at its 556 fires/s (named, so a newly registered backend does not lengthen
+# it: compare one with `bench compare --schedulers ...`). production-compressed is the production shape 4x faster
 # (15-30 s intervals, ~12,000 triggers, 30 s warm-up, 90 s window: ~4 cycles per trigger); the
 # full shape is `bench compare --workload production` (2 min warm-up + 10 min window per backend,
 # ~40 min for three).
@@ -31,13 +32,23 @@ run: install
 	echo "the embedded Postgres and Temporal are still running for the next command; stop them with: $(BIN)/bench env down"; \
 	exit $$status
 
-# The tests: unit, conformance (every scheduler, real Postgres and Temporal), end to end.
-# The session stops the embedded servers it started; ones already running stay up.
+# ruff (config in pyproject.toml): the lint rules, and the tree as `ruff format` writes it.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# The tests: ruff first, then unit, conformance (every scheduler, real Postgres and Temporal),
+# end to end. The session stops the embedded servers it started; ones already running stay up.
 # Three pytest-xdist workers, a test file per worker at a time: most tests wait on timers and
 # runs, not on the CPU (the machine's load stays near 1), so three at once take ~9 minutes on
 # 2 cores where one at a time takes ~24.
-test: install
+test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadfile tests
+
+# The fast tier: ruff, the unit tests and the layer contracts (tests/unit/test_layers.py), no
+# servers (tests/unit/conftest.py refuses them); about 30 s on 2 shared cores.
+test-fast: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 2 tests/unit
 
 stack-down:
 	-$(BIN)/bench env down

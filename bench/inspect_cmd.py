@@ -45,7 +45,7 @@ from bench.options import owntable_options
 )
 def inspect(dsn, table, statement_timeout, lock_timeout, due_column, watch, analyze, compare, out_dir) -> None:
     """Diagnose SCHEMA.TABLE read-only: shape, churn, the vacuum horizon, bloat, the cost of
-    finding due work, and which of the seeds' failure signatures it shows."""
+    finding due work, and which of the Composio article's failure signatures it shows."""
     from harness.inputs import parse_duration_option
     from harness.inspect_run import inspect_table
     from harness.owntable import guards_from, resolve_dsn

@@ -62,12 +62,12 @@ _WORKLOAD = {
     "cadence": (
         "--cadence",
         "fixed (next due = previous due + interval: open loop, the default) or after-poll "
-        "(next due = poll end + interval: closed loop, as the seeds' system re-armed).",
+        "(next due = poll end + interval: closed loop, as the articles' systems re-armed).",
     ),
     "on_time": (
         "--on-time",
         "A delivered fire with lag up to this is on time, later is late; one bound for every "
-        "backend (default 10s, seeds/003's polling MaxLag).",
+        "backend (default 10s, the Composio article's polling MaxLag).",
     ),
     "drain_limit": (
         "--drain-limit",

@@ -1,4 +1,4 @@
-"""The harness's own ceiling on a workload (issue 21): the memory scheduler, which has no store,
+"""The harness's own ceiling on a workload: the memory scheduler, which has no store,
 run on the same workload shape at a multiple of the rate being measured.
 
 Every figure a report shows is the backend's and the harness's together: the load generator, the

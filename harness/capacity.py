@@ -180,8 +180,8 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
         "slo": plan.slo or "lag p99 within the design's declared bound, 0 lost, Jain's index >= 0.9 across tenants",
         "rule": (
             f"a step is sustained when its run completed and was correct, held its rate (achieved >= "
-            f"{100 * RATE_HELD_SHARE:.0f}% of offered, offered >= {100 * RATE_HELD_SHARE:.0f}% of target), met the SLO, "
-            "and its lag did not trend upward across the window (harness/capacity_rule.py); exponential probe, "
+            f"{100 * RATE_HELD_SHARE:.0f}% of offered, offered >= {100 * RATE_HELD_SHARE:.0f}% of target), met the "
+            "SLO, and its lag did not trend upward across the window (harness/capacity_rule.py); exponential probe, "
             "bisection to the precision, then a confirmation rerun at the rate found"
         ),
         "duration": plan.duration,
@@ -202,7 +202,8 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     path = out / CAPACITY_JSON
     rundir.write_json(path, data)
     echo(
-        f"capacity {out}: {plan.scheduler}, SLO {data['slo']}; {plan.duration} measured + {warmup_s:g}s warm-up per step\n"
+        f"capacity {out}: {plan.scheduler}, SLO {data['slo']}; {plan.duration} measured + {warmup_s:g}s warm-up per "
+        "step\n"
     )
     data["pgbench"] = pgbench_ceiling(plan.pgbench, plan.dsn, plan.pgbench_s, out, echo)
     rundir.write_json(path, data)

@@ -170,7 +170,8 @@ def _lines(table: str, s: dict[str, Any]) -> list[str]:
         f"{table}: {s['triggers']:,} triggers, {s['rate_per_s']:,.2f} fires/s at steady state ({rate_note(s)})",
         f"  intervals: p5 {fmt.num(iv.get('p5'))} s, median {fmt.num(iv.get('p50'))} s, p95 {fmt.num(iv.get('p95'))} s "
         f"(sources: {', '.join(f'{k} {v:,}' for k, v in s['interval_sources'].items())})",
-        f"  tenants: {s['tenants']:,} (largest {fmt.pct(s['largest_tenant_share'])}, Zipf exponent {s['tenant_skew']:g}); "
+        f"  tenants: {s['tenants']:,} (largest {fmt.pct(s['largest_tenant_share'])}, Zipf exponent "
+        f"{s['tenant_skew']:g}); "
         f"long-horizon share {fmt.pct(s['long_horizon_share'])}; overdue at capture {s['overdue_at_capture']:,}",
     ]
     if s.get("state_bytes"):

@@ -64,7 +64,7 @@ def default_schedulers(choice: str | None) -> list[str]:
     from schedulers.base import REGISTRY
 
     # The "before" design first, so the report's ratios (against the first run) read as change
-    # from today's table-as-queue (DESIGN.md); the rest in registry order.
+    # from today's table-as-queue (docs/design.md); the rest in registry order.
     names = sorted(REGISTRY, key=lambda n: n != BASELINE_FIRST)
     if choice is None:
         chosen = [n for n in names if n != "memory"]  # memory is the harness reference: only when asked

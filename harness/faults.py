@@ -21,7 +21,7 @@ SPEC forms (offsets count from the run's start, ``arm_start``; durations as ``30
 ``hold-snapshot@10s:120s``
     A separate session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ``, reads, and stays idle in
     that transaction for the duration: its snapshot pins the xmin horizon, so vacuum cannot
-    remove the dead tuples the run keeps making (seeds/003: the doom loop's trigger).
+    remove the dead tuples the run keeps making (held-horizon: the doom loop's trigger).
 ``slow-provider@30s:60s:5s``
     Every provider poll takes 5 s for 60 s (the polling processor's latency, on its lanes).
 
@@ -283,7 +283,8 @@ class FaultInjector:
         what = (
             f"SIGKILL node {killed.worker} (pid {killed.pid})"
             if killed.pid is not None
-            else f"crashed in-process worker {killed.worker} ({'mid-batch' if killed.mid_batch else 'no batch in flight'}"
+            else f"crashed in-process worker {killed.worker} "
+            f"({'mid-batch' if killed.mid_batch else 'no batch in flight'}"
             f": run task cancelled, nothing released)"
         )
         if killed.mid_batch is not None:

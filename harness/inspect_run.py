@@ -6,7 +6,7 @@ vacuum runs) and what holds the vacuum horizon, then bloat (``pgstattuple`` when
 approximate form if the exact one times out, an estimate from statistics otherwise: the report
 says which) and the cost of finding due work (``EXPLAIN``; ``EXPLAIN ANALYZE`` of a plain
 ``SELECT`` in a read-only transaction with ``--analyze``). :mod:`reports.diagnosis` then names
-the seeds' failure signatures the figures show and the designs that address them, citing
+the Composio article's failure signatures the figures show and the designs that address them, citing
 measured runs when ``--compare`` gives a directory of them. Every statement runs under
 :class:`metrics.owntable.Safeguards`; what the role could not read is listed, not hidden.
 """

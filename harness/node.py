@@ -7,16 +7,16 @@ serves :mod:`harness.node_api`'s API.
 
 Signals: SIGTERM / SIGINT stop gracefully (the loop releases its batch, records are written);
 SIGUSR1 kills the claim loop as a crash would, leaving the API up so that ``/health/ready``
-can be seen to turn 503 (seeds/000: a dead tick loop behind a green API). A node started by
+can be seen to turn 503 (health-endpoints: a dead tick loop behind a green API). A node started by
 ``bench run --nodes`` (``TIMERBENCH_PARENT_PID`` in its environment) also stops gracefully when
 that run process is gone, so a run killed with SIGKILL leaves no node claiming behind it.
 
 ``--record DIR`` writes, for ``bench run --nodes N`` to merge (``<W>`` is the worker id):
 
-* ``fires-<W>.<seq>.parquet``: every fire this node received (:data:`metrics.rundir.FIRES_SCHEMA`; :mod:`metrics.parts` writes and merges them),
-  in parts written whole as the node goes (a killed node keeps what it wrote), and
-  ``late-<W>.npy``: rows (numbered across the parts) whose effect was committed after they were
-  written;
+* ``fires-<W>.<seq>.parquet``: every fire this node received (:data:`metrics.rundir.FIRES_SCHEMA`;
+  :mod:`metrics.parts` writes and merges them), in parts written whole as the node goes (a killed
+  node keeps what it wrote), and ``late-<W>.npy``: rows (numbered across the parts) whose effect
+  was committed after they were written;
 * ``holds-<W>.parquet``: when the node held each fire (received, committed), for the
   double-hold check;
 * ``state-<W>.npz``: the polling processor's ``armed_due``, ``armed_at``, ``received_due``,

@@ -9,7 +9,7 @@ Bearer <token>`` on everything but the health checks, which orchestrators call b
   the item and field, and arms nothing.
 * ``GET /health/live`` is 200 while the process exists.
 * ``GET /health/ready`` is 200 only if the stores are reachable **and** the claim loop is alive
-  and ticking (its ``last_tick_at`` is recent); 503 otherwise, with the reason. seeds/000: a dead
+  and ticking (its ``last_tick_at`` is recent); 503 otherwise, with the reason. health-endpoints: a dead
   tick loop behind a green API is exactly the failure to prevent.
 * ``GET /metrics``: Prometheus text format (fires, lag histogram, claims, armed, loop heartbeat age).
 * ``GET /progress`` (token-protected): the polling processor's per-trigger bookkeeping as an

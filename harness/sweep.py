@@ -7,7 +7,8 @@ Benchmark's rate search, stepping up a fixed list instead of bisecting). Whether
 is the pure rule of :mod:`harness.sweep_rule`.
 
 Before the backends, pgbench runs pg_leased's claim-and-re-arm SQL against the same server
-(``loadgen/pgbench``): the ceiling each backend's rate is shown against. ``sweep.json`` is
+(``loadgen/pgbench``): the ceiling each backend's rate is shown against (every claim is a write:
+the timer-wheel article's claim-ceiling). ``sweep.json`` is
 rewritten after every run, so an interrupted sweep still leaves what it measured; the HTML and
 Markdown reports (``bench report`` of the sweep's runs, with a sweep section) come last.
 """
@@ -39,12 +40,10 @@ from metrics import rundir
 # Short defaults so a sweep of every backend finishes in minutes on a 2-core machine.
 DEFAULT_DURATION = "30s"
 DEFAULT_WARMUP = None  # one maximum interval of the workload (bench run's default)
-# The harness-ceiling preset (10-20 s poll intervals, a 2 ms provider) with the seeds' 4 kB
-# poll state (seeds/003: wide, TOASTed rows). Short intervals keep the population (rate x mean
-# interval) at 5,000/s to 75,000 triggers and make every trigger fire several times in a short
-# run; the fast provider keeps the simulated provider's tail out of the scheduler's lag (with the
-# production preset's 900 ms p99 poll, a batch lasts as long as its slowest poll and even the
-# in-memory scheduler shows ~1 s p99 lag at 500/s: that measures the provider, not the store).
+# The harness-ceiling preset (10-20 s intervals, a 2 ms provider) with the Composio article's 4 kB
+# state: short intervals keep the population small and every trigger firing in a short run, and
+# the fast provider keeps its tail out of the lag (with production's 900 ms p99 poll even the
+# memory scheduler shows ~1 s p99 at 500/s: the provider, not the store).
 DEFAULT_WORKLOAD = "ceiling"
 DEFAULT_WORKLOAD_ARGS = ["--state-size", "4096"]
 
@@ -146,7 +145,8 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
             f"a broken correctness promise (a lost fire, a duplicate keyed effect), achieved < "
             f"{100 * RATE_HELD_SHARE:.0f}% of the offered rate (fires due in the window per second) or offered < "
             f"{100 * RATE_HELD_SHARE:.0f}% of the target, or p99 lag over every fire due in the window "
-            f"(undelivered ones infinitely late) over the backend's SLO ({plan.slo_spec}); a rate not held is run again "
+            f"(undelivered ones infinitely late) over the backend's SLO ({plan.slo_spec}); a rate not held is run "
+            "again "
             f"up to {plan.retries} more time(s) and counts as held if any run held. Maximum sustainable rate: the "
             f"last rate held."
         ),
@@ -349,7 +349,8 @@ def pgbench_ceiling(
                 + (
                     f"error: {r.error}"
                     if r.error
-                    else f"{r.tps:,.1f} tps x {r.batch} = {r.tps_x_batch:,.0f} rows/s; re-armed {r.rearmed_per_s:,.0f} rows/s"
+                    else f"{r.tps:,.1f} tps x {r.batch} = {r.tps_x_batch:,.0f} rows/s; re-armed {r.rearmed_per_s:,.0f} "
+                    "rows/s"
                 )
                 + "\n"
             )

@@ -83,7 +83,7 @@ class Workers(ABC):
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and process until ``stop`` is set; raise if the claim loops crash."""
 
-    async def progress(self) -> None:
+    async def progress(self) -> None:  # noqa: B027 (a no-op where the workers share the run's processor)
         """Fold what workers elsewhere received into the run's processor (status line, drain)."""
 
     async def stop_rearming_at(self, at: float) -> None:
@@ -110,7 +110,7 @@ class Workers(ABC):
         """Freeze one worker for ``seconds`` (or until ``done``), then let it continue."""
         raise RuntimeError("this run's workers cannot be paused (needs --nodes: separate processes)")
 
-    async def stop(self) -> None:
+    async def stop(self) -> None:  # noqa: B027 (a no-op for workers that stop with the run's event)
         """Stop every worker gracefully, whatever state the run is in. Idempotent."""
 
     async def collect(self, run_dir: Path, measure_start: float, say: Callable[[str], None]) -> dict[str, Any]:

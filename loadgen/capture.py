@@ -12,8 +12,8 @@ re-armed while watched, a lower bound: the longer of the window and the time to 
 The count of each kind is recorded, so a reader knows how much of the rate is measured.
 
 The trace (``trigger_id,tenant_id,interval_s,first_fire_s``, :mod:`loadgen.population`) keeps
-each trigger's next due time as its first fire (overdue and NULL due times fire at once: seeds/000,
-NULL means due now), so the replay starts from the table's own phase, backlog included.
+each trigger's next due time as its first fire (overdue and NULL due times fire at once: null-due-now,
+the timer-wheel article's rule), so the replay starts from the table's own phase, backlog included.
 """
 
 from __future__ import annotations

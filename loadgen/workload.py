@@ -1,6 +1,6 @@
 """Workloads: a YAML file (or a preset name) plus CLI overrides, resolved to one flat record.
 
-Fields follow DESIGN.md "The workload". In YAML every duration may be written as ``90s``,
+Fields follow docs/design.md and the README's "Workloads". In YAML every duration may be written as ``90s``,
 ``5m``, ``250ms`` or a bare number of seconds, a rate as ``556/s``, ``33360/min`` or ``556``,
 and the interval as ``60s..120s``. A relative ``trace`` in a YAML file is relative to that file
 (``bench capture`` writes ``trace.csv`` beside its ``workload.yaml``); ``--trace`` on the command
@@ -16,7 +16,7 @@ share of triggers that are not long-horizon). At 556/s and 60-120 s that is ~48,
 due = previous due + interval, whenever the poll ran, so the load is open-loop and a slow backend
 falls behind instead of being offered less; a trigger delivered more than one interval late fires
 once and realigns to its grid (the periods it skipped are counted, never fired in a burst).
-``after-poll``: next due = when the poll finished + interval, as the seeds' own system re-armed
+``after-poll``: next due = when the poll finished + interval, as the articles' own systems re-armed
 (closed-loop: a backend lagging by L is offered about L/I fewer fires).
 
 ``warmup`` defaults to one maximum interval, so every trigger has fired and re-armed once before
@@ -43,7 +43,7 @@ from loadgen.rates import parse_duration, parse_interval_range, parse_rate, show
 
 PRESET_DIR = Path(__file__).parent / "presets"
 MAX_FILE_BYTES = 1 << 20  # a workload file is a page of YAML; anything this big is the wrong file
-MAX_STATE_BYTES = 1 << 20  # poll state per trigger (seeds/003: ~4 KB); a MiB is already far beyond it
+MAX_STATE_BYTES = 1 << 20  # poll state per trigger (toasted-state: ~4 KB); a MiB is already far beyond it
 MAX_TENANTS = 1_000_000
 MAX_POLL_CONCURRENCY = 1_000_000
 CADENCES = ("fixed", "after-poll")
@@ -66,7 +66,7 @@ class Workload:
     interval_max_s: float = 120.0
     tenants: int = 100
     tenant_skew: float = 1.1  # Zipf exponent of trigger counts per tenant; 0 = uniform
-    state_bytes: int = 4096  # incompressible poll state per trigger (seeds/003: TOASTed)
+    state_bytes: int = 4096  # incompressible poll state per trigger (toasted-state)
     latency_median_ms: float = 120.0  # provider poll latency, lognormal
     latency_p99_ms: float = 900.0
     error_rate: float = 0.01  # share of polls that fail and re-arm with backoff
@@ -88,7 +88,7 @@ class Workload:
     trace: str | None = None  # CSV to replay: trigger_id, tenant_id, interval_s, first_fire_s
     cadence: str = "fixed"  # "fixed": next due = previous due + interval (open loop); "after-poll": poll end + interval
     # seconds of lag up to which a delivered fire counts as on time, later is late; one value for
-    # every backend (seeds/003: polling MaxLag is 10 s, the lag the seeds' team accepted for a poll)
+    # every backend (maxlag-10s: the lag the Composio article accepted for a poll)
     on_time_s: float = 10.0
     drain_limit_s: float = 180.0  # after the window, wait at most this long for the fires due in it, seconds
     arm_batch: int = 2000  # timers per arm() call while arming the population

@@ -250,7 +250,7 @@ pg_column_size({col})::float8
 
 -- name: due_query
 -- the question a table-as-queue asks every tick: the oldest due rows, 800 at a time
--- (seeds/003: "selected up to 800 due rows"). A plain SELECT: no FOR UPDATE (a read-only
+-- (the Composio article: "selected up to 800 due rows"). A plain SELECT: no FOR UPDATE (a read-only
 -- transaction could not lock rows, and inspecting must not)
 SELECT {due} FROM {table} WHERE {due} <= {now} ORDER BY {due} LIMIT 800
 

@@ -1,4 +1,4 @@
-"""The capacity section (``bench capacity``, issue 21): the rate found, its bracket, its share of
+"""The capacity section (``bench capacity``): the rate found, its bracket, its share of
 the pgbench ceiling, and every step of the search with the test that decided it (the SLO checks
 and the lag trend), plus rate vs p99 lag and rate vs writes per fire.
 

@@ -20,7 +20,8 @@ SERVER_WIDE_NOTE = (
     "(pg_stat_io: WAL, data pages, extensions), and for Temporal what the kernel charged its process towards "
     "storage (Table 4 says why the kernel's count is not used for Postgres). Postgres defers most data-page "
     "writes to its next checkpoint (outside a short window), while SQLite checkpoints its WAL every ~4 MB, so "
-    "the stores do not pay on the same schedule. Durable writes add rows (Postgres) to persistence write requests (Temporal); one request "
+    "the stores do not pay on the same schedule. Durable writes add rows (Postgres) to persistence write requests "
+    "(Temporal); one request "
     "may write several rows of Temporal's own store. — : does not apply; not available: applies but could "
     "not be measured here (the reason is listed under the table)."
 )

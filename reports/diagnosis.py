@@ -1,7 +1,7 @@
-"""Which of the seeds' failure signatures an inspected table shows, each with the figure behind
+"""Which of the Composio article's failure signatures an inspected table shows, each with the figure behind
 it, and which design of the toolkit addresses it (citing measured runs when some are given).
 
-The five signatures are the parts of seeds/003's "MVCC doom loop": delete+reinsert churn, a low
+The five signatures are the parts of the article's "MVCC doom loop" (docs/sources.md): delete+reinsert churn, a low
 HOT ratio on a table with many indexes, wide rows stored out of line in TOAST, a vacuum horizon
 held by a long transaction, and a due-work scan walking dead tuples. Each finding is ``shown``
 True or False from its figure, or None when the figure could not be read (no watch window, no
@@ -20,17 +20,17 @@ from reports import fmt
 
 # -- where the lines are drawn ----------------------------------------------------------------
 # Churn: every live row deleted and re-inserted at least once an hour, deletes and inserts
-# balanced (a table that only grows or only drains is not re-arming). Our line; seeds/003 re-armed
-# every row every minute or two (60-120 s intervals).
+# balanced (a table that only grows or only drains is not re-arming). Our line; the Composio article
+# re-armed every row every minute or two (interval-60-120s).
 CHURN_REPLACED_PER_ROW_PER_H = 1.0
 CHURN_BALANCE = (0.5, 2.0)  # deletes / inserts
-# HOT: seeds/003 measured 18% of updates HOT with six indexes; after the move, 100%.
+# HOT: the Composio article measured 18% of updates HOT with six indexes; after the move, 100%.
 LOW_HOT_RATIO = 0.5
-MANY_INDEXES = 4  # seeds/003 had six; the designs here keep 2-3 per table
+MANY_INDEXES = 4  # the Composio article's table had six; the designs here keep 2-3 per table
 # TOAST: bytes stored out of line per live row. A row's values go out of line only once the row
 # passes ~2 KB (TOAST_TUPLE_THRESHOLD), so 1 KiB per row on average means most rows do.
 WIDE_TOAST_BYTES_PER_ROW = 1024
-# Due scan: dead versions outnumbering live rows (seeds/003: 872M dead against 99k live), an
+# Due scan: dead versions outnumbering live rows (dead-872m: 872M dead against 99k live), an
 # index handing back several entries per live row it leads to, or a due query touching several
 # buffers per row it returns.
 DEAD_PER_LIVE = 1.0
@@ -45,31 +45,35 @@ SIGNATURES = {
     "due_scan_dead_tuples": "due-work scan walking dead tuples",
 }
 
-SEED_FIGURE = {
-    "delete_reinsert_churn": "seeds/003: each poll deleted its row and inserted the next run "
+# What the Composio article reported for each signature (inspect.json's ``source``).
+ARTICLE_FIGURE = {
+    "delete_reinsert_churn": "the Composio article: each poll deleted its row and inserted the next run "
     "(four writes per poll: an insert, two updates, a delete)",
-    "low_hot_many_indexes": "seeds/003: 18% of updates HOT, six indexes",
-    "wide_toasted_rows": "seeds/003: wide rows, large encrypted columns stored out of line in TOAST",
-    "horizon_held": "seeds/003: a long transaction or an idle session with an open transaction kept "
+    "low_hot_many_indexes": "the Composio article: 18% of updates HOT, six indexes",
+    "wide_toasted_rows": "the Composio article: wide rows, large encrypted columns stored out of line in TOAST",
+    "horizon_held": "the Composio article: a long transaction or an idle session with an open transaction kept "
     "the queue's dead tuples from being reclaimed",
-    "due_scan_dead_tuples": "seeds/003: 872M dead tuples against 99k live rows; the due query walked an "
+    "due_scan_dead_tuples": "the Composio article: 872M dead tuples against 99k live rows; the due query walked an "
     "index full of dead entries",
 }
 
-# Which design addresses each signature, and how (the designs' own docstrings and the seeds).
+# Which design addresses each signature, and how (the designs' own docstrings and the articles).
 ADDRESSED_BY = {
     "delete_reinsert_churn": [
-        ("pg_leased", "rows are updated in place and never deleted per fire (seeds/000, seeds/001)"),
+        (
+            "pg_leased",
+            "rows are updated in place and never deleted per fire (the timer-wheel and durable-workflows articles)",
+        ),
         (
             "temporal_shards",
             "timers live in shard workflows; the trigger row is read and written by key, "
-            "never deleted per fire (seeds/003)",
+            "never deleted per fire (the Composio article)",
         ),
     ],
     "low_hot_many_indexes": [
         (
             "temporal_shards",
-            "no index on the fire time and fillfactor 50 on the trigger table: seeds/003 "
+            "no index on the fire time and fillfactor 50 on the trigger table: the Composio article "
             "measured 100% HOT updates after the move",
         ),
         (
@@ -87,29 +91,32 @@ ADDRESSED_BY = {
         ),
         (
             "temporal_shards",
-            "state committed by key and skipped when the poll cursor did not change (seeds/003's next step, built in)",
+            "state committed by key and skipped when the poll cursor did not change "
+            "(the Composio article's next step, built in)",
         ),
     ],
     "horizon_held": [
         (
             "temporal_shards",
             "the dispatch path never scans Postgres by due time, so a held horizon no longer "
-            "slows the ticks (seeds/003); the holder still needs ending",
+            "slows the ticks (the Composio article); the holder still needs ending",
         ),
         (
             "pg_leased",
-            "claim transactions are tiny: claim, commit, then execute (seeds/000: 'long transactions are poison')",
+            "claim transactions are tiny: claim, commit, then execute "
+            "(the timer-wheel article: 'long transactions are poison')",
         ),
     ],
     "due_scan_dead_tuples": [
         (
             "temporal_shards",
             "the next due timer comes from a min-heap in a shard workflow: no due-time scan "
-            "of Postgres at all (seeds/003)",
+            "of Postgres at all (the Composio article)",
         ),
         (
             "pg_leased",
-            "a partial index on scheduled rows and in-place updates keep the scanned range small (seeds/000)",
+            "a partial index on scheduled rows and in-place updates keep the scanned range small "
+            "(the timer-wheel article)",
         ),
     ],
 }
@@ -122,7 +129,7 @@ class Finding:
     shown: bool | None  # None: the figure could not be read
     figure: str  # the sentence with the numbers behind the verdict
     evidence: dict[str, Any] = field(default_factory=dict)
-    seed: str = ""
+    source: str = ""  # what the Composio article reported for this signature
     addressed_by: list[dict[str, str]] = field(default_factory=list)
     measured: list[str] = field(default_factory=list)  # sentences citing --compare runs
 
@@ -131,12 +138,12 @@ class Finding:
 
 
 def diagnose(data: dict[str, Any], runs: list | None = None) -> list[Finding]:
-    """Every signature, in seeds/003's order, shown or not, with its figure."""
+    """Every signature, in the Composio article's order, shown or not, with its figure."""
     runs = runs or []
     findings = [_churn(data), _hot(data), _toast(data), _horizon(data), _due_scan(data)]
     for f in findings:
         f.name = SIGNATURES[f.key]
-        f.seed = SEED_FIGURE[f.key]
+        f.source = ARTICLE_FIGURE[f.key]
         f.addressed_by = [{"design": d, "how": how} for d, how in ADDRESSED_BY[f.key]]
         f.measured = measured(f.key, runs) if runs else []
     return findings
@@ -405,8 +412,8 @@ def measured(key: str, runs: list) -> list[str]:
         lag = (s.get("lag_ms") or {}).get("p99")
         if key == "delete_reinsert_churn":
             fig = (
-                f"{fmt.fixed(pf.get('inserts'), '{:,.2f}')} inserts / {fmt.fixed(pf.get('updates'), '{:,.2f}')} updates / "
-                f"{fmt.fixed(pf.get('deletes'), '{:,.2f}')} deletes per fire"
+                f"{fmt.fixed(pf.get('inserts'), '{:,.2f}')} inserts / {fmt.fixed(pf.get('updates'), '{:,.2f}')} "
+                f"updates / {fmt.fixed(pf.get('deletes'), '{:,.2f}')} deletes per fire"
             )
         elif key == "low_hot_many_indexes":
             fig = f"HOT {fmt.pct(s.get('hot_ratio'))}"

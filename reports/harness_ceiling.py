@@ -1,4 +1,4 @@
-"""The harness's own ceiling beside every run (issue 21).
+"""The harness's own ceiling beside every run.
 
 A backend's figures are the backend's and the harness's together: the load generator, the
 simulated provider and the recorder share one Python process with the claim loops. ``bench

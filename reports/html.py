@@ -12,6 +12,7 @@ from html import escape
 
 from reports import fmt
 from reports.capacity import section_capacity_html
+from reports.checks import run_checks, warning_lines
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
@@ -25,8 +26,6 @@ from reports.tables import (
     environment_value,
     how_to_read_report,
     migration_lag_rows,
-    run_checks,
-    warning_lines,
 )
 from reports.why import why_blocks
 
@@ -101,7 +100,8 @@ def section_checks(report: Report) -> str:
                 continue
             cls, mark = ("ok", "✔") if c.ok else (("unk", "?") if c.ok is None else ("bad", "✘"))
             cells.append(
-                f'<td class="text" data-check="{escape(name)}" data-ok="{c.ok}"><span class="{cls}">{mark}</span> {escape(c.detail)}</td>'
+                f'<td class="text" data-check="{escape(name)}" data-ok="{c.ok}"><span class="{cls}">{mark}</span> '
+                f"{escape(c.detail)}</td>"
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     out = ['<section id="checks-section"><h2>Checks and warnings</h2>']
@@ -121,9 +121,8 @@ def section_checks(report: Report) -> str:
     if diffs:
         warned = True
         out.append(
-            '<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly comparable:<ul>'
-            + "".join(f"<li>{escape(d)}</li>" for d in diffs)
-            + "</ul></div>"
+            '<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly '
+            "comparable:<ul>" + "".join(f"<li>{escape(d)}</li>" for d in diffs) + "</ul></div>"
         )
     if not warned and report.runs:
         out.append('<div class="okbox">No run recorded a warning.</div>')
@@ -201,9 +200,10 @@ def section_bloat(report: Report) -> str:
         agree = '<span class="bad">✘ off by more than 20%</span>' if b.disagree else '<span class="ok">✔</span>'
         rows.append(
             f'<tr data-bloat="{escape(b.relation)}" data-run="{escape(b.run)}"><td class="k">{escape(b.run)}</td>'
-            f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td><td>{fmt.fixed(b.n_dead_tup)}</td>'
-            f"<td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td><td>{fmt.fixed(b.live_exact)}</td>"
-            f"<td>{fmt.human_bytes(b.free_bytes)}</td><td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>"
+            f'<td class="k">{escape(b.relation)}</td><td>{fmt.fixed(b.dead_exact)}</td>'
+            f"<td>{fmt.fixed(b.n_dead_tup)}</td><td>{fmt.fixed(b.dead_percent, '{:.1f}%')}</td>"
+            f"<td>{fmt.fixed(b.live_exact)}</td><td>{fmt.human_bytes(b.free_bytes)}</td>"
+            f"<td>{fmt.fixed(b.free_percent, '{:.1f}%')}</td><td>{agree}</td></tr>"
         )
     return (
         f'<section id="bloat-section"><h2>Table 2 · Dead tuples by relation at the end of each run</h2>'
@@ -250,13 +250,15 @@ def section_statements(report: Report) -> str:
             continue
         for title, rows in (("by time", top.by_time), ("by WAL", top.by_wal)):
             body = "".join(
-                f'<tr><td class="q">{escape(x.query)}</td><td>{fmt.num(x.calls_per_fire)}</td><td>{fmt.num(x.ms_per_fire)}</td>'
-                f"<td>{fmt.num(x.mean_ms)}</td><td>{fmt.human_bytes(x.wal_bytes_per_fire)}</td><td>{fmt.num(x.fpi_per_fire)}</td>"
+                f'<tr><td class="q">{escape(x.query)}</td><td>{fmt.num(x.calls_per_fire)}</td>'
+                f"<td>{fmt.num(x.ms_per_fire)}</td><td>{fmt.num(x.mean_ms)}</td>"
+                f"<td>{fmt.human_bytes(x.wal_bytes_per_fire)}</td><td>{fmt.num(x.fpi_per_fire)}</td>"
                 f"<td>{fmt.num(x.dirtied_per_fire)}</td><td>{fmt.num(x.rows_per_call)}</td></tr>"
                 for x in rows
             )
             out.append(
-                f'<table class="statements" data-run="{escape(top.run)}" data-by="{title}"><caption>{escape(title)}</caption>'
+                f'<table class="statements" data-run="{escape(top.run)}" '
+                f'data-by="{title}"><caption>{escape(title)}</caption>'
                 f"{head}{body or '<tr><td colspan=8>none</td></tr>'}</table>"
             )
     out.append(f'<p class="meta">{escape(STATEMENTS_NOTE)}</p></section>')
@@ -286,6 +288,12 @@ def section_figures(report: Report) -> str:
     return "".join(out)
 
 
+def _resolved_json(r: Run) -> str:
+    """A run's resolved workload and options, as the environment section shows them."""
+    resolved = {"workload": r.workload, "options": r.config.get("options") or {}}
+    return json.dumps(resolved, indent=2, sort_keys=True, default=str)
+
+
 def section_environment(report: Report) -> str:
     if not report.runs:
         return ""
@@ -295,7 +303,8 @@ def section_environment(report: Report) -> str:
         cells = "".join(f'<td class="text">{escape(v)}</td>' for v in values)
         rows.append(f'<tr data-env="{key}"><td class="k">{escape(label)}</td>{cells}</tr>')
     out = [
-        f'<section id="environment-section"><h2>Environment</h2><table id="environment">{_run_headers(report, "")}{"".join(rows)}</table>'
+        '<section id="environment-section"><h2>Environment</h2><table '
+        f'id="environment">{_run_headers(report, "")}{"".join(rows)}</table>'
     ]
     for r in report.runs:
         settings = r.environment.get("postgres_settings") or {}
@@ -307,7 +316,7 @@ def section_environment(report: Report) -> str:
             f"<details><summary>{_swatch(r)}{escape(r.label)}: resolved workload, options"
             + (f" and {len(settings)} Postgres settings" if settings else "")
             + "</summary>"
-            f"<pre>{escape(json.dumps({'workload': r.workload, 'options': r.config.get('options') or {}}, indent=2, sort_keys=True, default=str))}</pre>"
+            f"<pre>{escape(_resolved_json(r))}</pre>"
             + (f'<table class="pgsettings">{body}</table>' if settings else "")
             + "</details>"
         )
@@ -316,7 +325,7 @@ def section_environment(report: Report) -> str:
 
 
 def section_migration(report: Report) -> str:
-    """Migration dry-runs (issue 8): the verdict and the comparison counts of every run that has a
+    """Migration dry-runs: the verdict and the comparison counts of every run that has a
     ``migration.json``. Absent for ordinary runs."""
     runs = [r for r in report.runs if r.migration]
     if not runs:
@@ -348,7 +357,8 @@ def section_migration(report: Report) -> str:
         rest = {k: v for k, v in m.items() if k not in scalars and k not in ("verdict", "counts", "reasons")}
         if rest:
             out.append(
-                f"<details><summary>details</summary><pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>"
+                "<details><summary>details</summary>"
+                f"<pre>{escape(json.dumps(rest, indent=2, default=str))}</pre></details>"
             )
     out.append("</section>")
     return "".join(out)
@@ -405,7 +415,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_statements,
     section_processes,
     section_fairness,
-    section_why,  # reports/why.py: only beside a rejected alternative of seeds/003
+    section_why,  # reports/why.py: only beside a rejected alternative of the Composio article
     section_per_day,
     section_figures,
     section_migration,

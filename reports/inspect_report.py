@@ -103,7 +103,9 @@ def markdown(d: dict[str, Any]) -> str:
     lines += ["## Diagnosis", "", "| signature | verdict | figure | addressed by |", "|---|---|---|---|"]
     for f in d.get("diagnosis", []):
         designs = "<br>".join(f"**{a['design']}**: {a['how']}" for a in f["addressed_by"]) if f["shown"] else ""
-        lines.append(f"| {f['name']} | {VERDICT[f['shown']]} | {_cell(f['figure'])} ({_cell(f['seed'])}) | {designs} |")
+        lines.append(
+            f"| {f['name']} | {VERDICT[f['shown']]} | {_cell(f['figure'])} ({_cell(f['source'])}) | {designs} |"
+        )
     measured = [f for f in d.get("diagnosis", []) if f.get("measured") and f["shown"]]
     if measured:
         lines += ["", "Measured runs (`--compare`):", ""]
@@ -195,7 +197,8 @@ def markdown(d: dict[str, Any]) -> str:
         for x in h["holders"][:10]:
             lines.append(
                 f"| {x['kind']} | {x['pid'] or ''} | {'~' if x['age_estimated'] else ''}{fmt.num(x['age_s'])} s | "
-                f"{fmt.fixed(x['xid_age'])} | {'' if x['same_database'] is None else ('yes' if x['same_database'] else 'no')} |"
+                f"{fmt.fixed(x['xid_age'])} | "
+                f"{'' if x['same_database'] is None else ('yes' if x['same_database'] else 'no')} |"
             )
     else:
         lines.append("Nothing held it.")
@@ -242,7 +245,8 @@ def markdown(d: dict[str, Any]) -> str:
             p = due["plan"]
             lines.append(
                 f"- EXPLAIN: {' > '.join(p['node_types'])}"
-                f"{' using ' + p['index_used'] if p.get('index_used') else ''}; estimated {fmt.fixed(p['estimated_rows'])} "
+                f"{' using ' + p['index_used'] if p.get('index_used') else ''}; estimated "
+                f"{fmt.fixed(p['estimated_rows'])} "
                 f"rows, cost {fmt.num(p['startup_cost'])}..{fmt.num(p['total_cost'])}"
             )
         if due.get("analyze"):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from reports import fmt
 from reports.capacity import section_capacity_markdown
+from reports.checks import run_checks, warning_lines
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
@@ -19,8 +20,6 @@ from reports.tables import (
     environment_value,
     how_to_read_report,
     migration_lag_rows,
-    run_checks,
-    warning_lines,
 )
 from reports.why import why_blocks
 

@@ -11,7 +11,8 @@ from metrics.rundir import NOT_DELIVERED
 from reports import fmt
 from reports.load import Run
 from reports.plots import figure_number
-from reports.tables import RATE_HELD_FRACTION, SummaryTable, offered_share, rate_held, rate_share
+from reports.rows import RATE_HELD_FRACTION, offered_share, rate_held, rate_share
+from reports.tables import SummaryTable
 
 
 @dataclass
@@ -162,7 +163,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             cycles = r.summary.get("cycles_per_trigger")
             out.append(
                 Sentence(
-                    f"{r.label}'s window was not steady state ({fmt.fixed(cycles, '{:.2f}')} cycles per trigger; steady state needs ≥ 2 "
+                    f"{r.label}'s window was not steady state ({fmt.fixed(cycles, '{:.2f}')} cycles per trigger; "
+                    "steady state needs ≥ 2 "
                     f"after a warm-up of one maximum interval): its figures lean on first fires, not the re-arm cycle.",
                     _t1("Cycles per trigger in the window", "Steady state"),
                 )
@@ -177,8 +179,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             out.append(
                 Sentence(
                     f"{r.label} did not hold its target rate: it achieved {fmt.num(s.get('achieved_rate'))} of the "
-                    f"{fmt.num(s.get('offered_rate'))} fires/s offered ({fmt.pct(rate_share(r))}), and the workload offered "
-                    f"{fmt.pct(offered_share(r))} of the {fmt.num(s.get('target_rate'))} fires/s target"
+                    f"{fmt.num(s.get('offered_rate'))} fires/s offered ({fmt.pct(rate_share(r))}), and the workload "
+                    f"offered {fmt.pct(offered_share(r))} of the {fmt.num(s.get('target_rate'))} fires/s target"
                     + (
                         f" ({int(s['skipped_periods']):,} periods skipped by fires more than one interval late)"
                         if s.get("skipped_periods")
@@ -192,8 +194,9 @@ def sentences(table: SummaryTable) -> list[Sentence]:
         only = held[0]
         out.append(
             Sentence(
-                f"{only.label} was the only backend that completed and held its rate (≥ {RATE_HELD_FRACTION:.0%} of offered, "
-                f"offered ≥ {RATE_HELD_FRACTION:.0%} of target); its p99 lag over every due fire was {_lag_text(_p99(only))}.",
+                f"{only.label} was the only backend that completed and held its rate (≥ {RATE_HELD_FRACTION:.0%} of "
+                f"offered, offered ≥ {RATE_HELD_FRACTION:.0%} of target); its p99 lag over every due fire was "
+                f"{_lag_text(_p99(only))}.",
                 _t1("Achieved / offered", "Lag p99") + f"; {_fig('lag_cdf')}",
             )
         )
@@ -214,8 +217,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
     elif backends:
         out.append(
             Sentence(
-                f"No backend run both completed and held its rate (≥ {RATE_HELD_FRACTION:.0%}), so none is named as lowest-lag; "
-                "lag figures here were measured under overload or partial runs.",
+                f"No backend run both completed and held its rate (≥ {RATE_HELD_FRACTION:.0%}), so none is named as "
+                "lowest-lag; lag figures here were measured under overload or partial runs.",
                 _t1("Complete", "Achieved / offered", "Offered / target"),
             )
         )
@@ -224,7 +227,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
             out.append(
                 Sentence(
                     f"memory, the in-process reference with no store, had p99 lag {_lag_text(_p99(r))} at "
-                    f"{fmt.num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for reference.",
+                    f"{fmt.num(r.summary.get('achieved_rate') or 0)} fires/s: the lag of the harness itself, for "
+                    "reference.",
                     _t1("Lag p99"),
                 )
             )
@@ -264,7 +268,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
                 Sentence(
                     f"At-least-once in {r.label}: "
                     + ", ".join(costs)
-                    + f"; the keyed effects stayed de-duplicated ({int(s.get('duplicate_effects') or 0):,} duplicates).",
+                    + f"; the keyed effects stayed de-duplicated ({int(s.get('duplicate_effects') or 0):,} "
+                    "duplicates).",
                     _t1(
                         "Redelivered fires (attempt > 1)",
                         "Duplicate fires",
@@ -291,8 +296,8 @@ def sentences(table: SummaryTable) -> list[Sentence]:
         first, last, seconds, per_s = growth
         peak = (r.summary.get("dead_tuples") or {}).get("table_peak")
         text = (
-            f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the {fmt.num(seconds)} s "
-            f"measured window ({per_s:+,.1f}/s)"
+            f"In {r.label}, dead tuples in the tables went from {first:,.0f} to {last:,.0f} over the "
+            f"{fmt.num(seconds)} s measured window ({per_s:+,.1f}/s)"
         )
         rows = []
         if peak is not None:

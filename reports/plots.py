@@ -270,7 +270,7 @@ def sizes_over_time(runs: list[Run]) -> bytes:
     )
 
 
-SEED_BATCH_SIZES = (200, 250)  # seeds/003: "Our actual batches contain about 200 to 250 timers" (556 fires/s)
+ARTICLE_BATCH_SIZES = (200, 250)  # batch-200-250: "Our actual batches contain about 200 to 250 timers" (556/s)
 _HATCHES = {"-": None, "--": "//", ":": "..", "-.": "xx"}  # a second run of one scheduler, as its line style
 
 
@@ -280,12 +280,14 @@ def has_batch_sizes(runs: list[Run]) -> bool:
 
 def batch_size_histogram(runs: list[Run]) -> bytes:
     """Share of batches by size (bins of the backend's gauges) in the measured window, one bar
-    group per run, the seed's 200-250 shaded; the legend says each run's mean and why its
+    group per run, the Composio article's 200-250 shaded; the legend says each run's mean and why its
     batches closed."""
     fig, ax = plt.subplots(figsize=(9, 4.2))
     drawn = [(r, st, b) for r, st in zip(runs, _styles(runs)) if (b := r.batch_sizes()) and b["batches"] > 0]
-    lo, hi = SEED_BATCH_SIZES
-    ax.axvspan(lo, hi, color="#f2c14e", alpha=0.3, lw=0, label=f"seeds/003: {lo}-{hi} timers a batch at 556 fires/s")
+    lo, hi = ARTICLE_BATCH_SIZES
+    ax.axvspan(
+        lo, hi, color="#f2c14e", alpha=0.3, lw=0, label=f"the Composio article: {lo}-{hi} timers a batch at 556 fires/s"
+    )
     for j, (r, st, b) in enumerate(drawn):
         width = float(b["bin_width"])
         edges = np.array(sorted(b["bins"]), dtype=float)
@@ -317,7 +319,8 @@ FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
     (
         "lag_cdf",
         "Lag distribution",
-        "Cumulative distribution of the lag of every fire due in the measured window (warm-up excluded); log x. Lag = fired − max(due, armed); a fire never delivered counts as infinitely late, so its run's curve stays below 1.",
+        "Cumulative distribution of the lag of every fire due in the measured window (warm-up excluded); log x. Lag = "
+        "fired − max(due, armed); a fire never delivered counts as infinitely late, so its run's curve stays below 1.",
         lag_cdf,
     ),
     (
@@ -329,7 +332,9 @@ FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
     (
         "fire_rate",
         "Achieved and offered fire rate over time",
-        "Top: fires received per second per sample. Bottom: fires that became due per second, from the fire log (the load the workload offered; with fixed cadence it stays at the target however late a backend is). The dotted line is each run's target.",
+        "Top: fires received per second per sample. Bottom: fires that became due per second, from the fire log (the "
+        "load the workload offered; with fixed cadence it stays at the target however late a backend is). The dotted "
+        "line is each run's target.",
         fire_rate_over_time,
     ),
     (
@@ -347,7 +352,8 @@ FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
     (
         "sizes",
         "Table and index size over time",
-        "Heap size (pg_relation_size) of each run's tables plus their TOAST tables (top) and the size of their indexes (bottom), as sampled.",
+        "Heap size (pg_relation_size) of each run's tables plus their TOAST tables (top) and the size of their indexes "
+        "(bottom), as sampled.",
         sizes_over_time,
     ),
 ]
@@ -360,10 +366,10 @@ OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], C
         "batch_sizes",
         "Batch sizes",
         "Share of the batches each backend handed to its processors by size, in the measured window "
-        "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason it closed: "
-        "full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers a batch seeds/003 "
-        "reports at 556 fires/s. At a steady rate a shard flushes about every MaxLag, so its batches hold about "
-        "rate × MaxLag / shards timers.",
+        "(from the backend's batch counters: temporal_shards counts each flushed batch once, with the reason "
+        "it closed: full at its batch size, or its oldest timer had waited MaxLag). Shaded: the 200-250 timers "
+        "a batch the Composio article reports at 556 fires/s. At a steady rate a shard flushes about every "
+        "MaxLag, so its batches hold about rate × MaxLag / shards timers.",
         batch_size_histogram,
         has_batch_sizes,
     ),
@@ -374,15 +380,18 @@ def figure_number(key: str) -> int:
     return next(i for i, spec in enumerate(FIGURE_SPECS, 1) if spec[0] == key)
 
 
-def render_figures(runs: list[Run]) -> list[Figure]:
-    figures = [
-        Figure(key, title, caption, render(runs), number=i)
-        for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)
-    ]
+def figure_plan(runs: list[Run]) -> list[tuple[int, str, str, str, Callable[[list[Run]], bytes]]]:
+    """The figures a report of these runs shows, in order, not yet rendered: ``(number, key, title,
+    caption, renderer)``; every fixed figure, then the optional ones these runs have."""
+    plan = [(i, key, title, caption, render) for i, (key, title, caption, render) in enumerate(FIGURE_SPECS, 1)]
     for key, title, caption, render, present in OPTIONAL_FIGURE_SPECS:
         if present(runs):
-            figures.append(Figure(key, title, caption, render(runs), number=len(figures) + 1))
-    return figures
+            plan.append((len(plan) + 1, key, title, caption, render))
+    return plan
+
+
+def render_figures(runs: list[Run]) -> list[Figure]:
+    return [Figure(key, title, caption, render(runs), number=n) for n, key, title, caption, render in figure_plan(runs)]
 
 
 def tenant_p99(runs: list[Run]) -> bytes:
@@ -398,7 +407,7 @@ def tenant_p99(runs: list[Run]) -> bytes:
         finite = t["p99_ms"][np.isfinite(t["p99_ms"])] if len(t) else []
         if len(finite):
             top = max(top, float(np.max(finite)))
-    for r, st, t in cards:
+    for _, st, t in cards:
         if len(t) == 0:
             continue
         rank = np.arange(1, len(t) + 1)
@@ -423,7 +432,8 @@ FIGURE_SPECS.append(
     (
         "tenant_p99",
         "Lag p99 per tenant",
-        "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A flat line is a fair design; a cross at the top is a tenant with a fire never delivered.",
+        "Each tenant's lag p99 over its fires due in the measured window, tenants ordered by size (largest first). A "
+        "flat line is a fair design; a cross at the top is a tenant with a fire never delivered.",
         tenant_p99,
     ),
 )

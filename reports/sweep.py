@@ -1,4 +1,4 @@
-"""The sweep section (``bench sweep``, issue 11): each backend's maximum sustainable rate beside
+"""The sweep section (``bench sweep``): each backend's maximum sustainable rate beside
 the pgbench ceiling, the per-rate table, and two figures (rate vs p99 lag, rate vs writes per
 fire; one line per backend).
 
@@ -113,7 +113,8 @@ def pgbench_note(data: dict[str, Any]) -> str:
     return (
         f"pg_leased's claim_due + re-arm SQL driven by pgbench ({pg.get('version') or 'pgbench'}; "
         f"-c {pg.get('clients')} -j {pg.get('threads')} -T {pg.get('duration_s')}) against the same server, "
-        f"in the same sweep. Ceiling: {fmt.fixed(pg.get('rows_per_s'))} rows re-armed/s (batch {pg.get('best_batch')}). "
+        f"in the same sweep. Ceiling: {fmt.fixed(pg.get('rows_per_s'))} rows re-armed/s (batch "
+        f"{pg.get('best_batch')}). "
         "Every row is due and re-armed due again at once, so each claim finds a backlog: the figure is the "
         "cost of the SQL alone. One fire is one row claimed and re-armed."
     )
@@ -212,15 +213,17 @@ def figures(data: dict[str, Any]) -> list[tuple[str, str, str, bytes]]:
 # -- renderers -----------------------------------------------------------------------------------
 
 
+def _cell_class(i: int, c: str) -> str:
+    """The first column is the key; a cell that is not a number is text."""
+    if i == 0:
+        return "k"
+    return "text" if not c[:1].isdigit() and c != fmt.MISSING else ""
+
+
 def _html_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
     head = "".join(f'<th class="{"k" if i == 0 else ""}">{escape(h)}</th>' for i, h in enumerate(header))
     body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"k" if i == 0 else ("text" if not c[:1].isdigit() and c != fmt.MISSING else "")}">{escape(c)}</td>'
-            for i, c in enumerate(row)
-        )
-        + "</tr>"
+        "<tr>" + "".join(f'<td class="{_cell_class(i, c)}">{escape(c)}</td>' for i, c in enumerate(row)) + "</tr>"
         for row in rows
     )
     return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'

@@ -181,7 +181,8 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
         if sign:
             if not allow_relative:
                 raise ReportError(
-                    f"{option}: {part.strip()!r} is a change from a baseline; {option} takes absolute values (e.g. 'p99<1s')"
+                    f"{option}: {part.strip()!r} is a change from a baseline; {option} takes absolute values (e.g. "
+                    "'p99<1s')"
                 )
             value = -value if sign == "-" else value
             relative = "%" if unit == "%" else "pp" if unit == "pp" else "delta"
@@ -191,7 +192,8 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
             value /= 100.0  # an absolute share written as a percentage: on_time>99%
         if unit == "pp" and fig.unit != "ratio":
             raise ReportError(
-                f"{option}: {part.strip()!r}: percentage points apply to ratios ({', '.join(n for n, f in FIGURES.items() if f.unit == 'ratio')})"
+                f"{option}: {part.strip()!r}: percentage points apply to ratios "
+                f"({', '.join(n for n, f in FIGURES.items() if f.unit == 'ratio')})"
             )
         if unit in ("s", "ms"):
             if fig.unit != "s":

@@ -5,7 +5,7 @@ per-fire cost of the harness tiny; Postgres backends convert at the boundary wit
 ``to_timestamp()`` / ``extract(epoch ...)``, which round to microseconds, so every key that
 crosses a store is rounded with :func:`us` first.
 
-Data flow, as in DESIGN.md: loadgen arms timers -> a scheduler's ``run`` claims due ones and
+Data flow, as in docs/design.md: loadgen arms timers -> a scheduler's ``run`` claims due ones and
 hands them in batches to a :class:`Processor` -> the processor polls and returns one
 :class:`Outcome` per fire -> the scheduler commits state, effects and re-arms in **its own
 transaction** -> it tells the processor which effects were delivered (``committed``).
@@ -59,10 +59,10 @@ class Timer:
     """A timer to arm. Arming an existing ``id`` moves it: only the latest ``fire_at`` fires."""
 
     id: str
-    fire_at: float | None  # epoch seconds, UTC; None means due now (seeds/000)
+    fire_at: float | None  # epoch seconds, UTC; None means due now (null-due-now)
     type: str = "poll"  # names the processor that receives it
     tenant_id: str = "t0"
-    priority: int = 0  # higher first (seeds/000 claim order)
+    priority: int = 0  # higher first (claim-order)
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ async def outcomes_as_polls_finish(
 ) -> AsyncIterator[tuple[list[int], Sequence[Outcome]]]:
     """``(positions, outcomes)`` groups of ``fires`` as their polls finish: the processor's
     ``stream`` when it has one (and ``per_group``), else one group when ``process`` returns. A
-    design with batch semantics (one commit per claimed batch, as the seeds' pollers) calls
+    design with batch semantics (one commit per claimed batch, as the articles' pollers) calls
     ``process`` instead."""
     stream = getattr(processor, "stream", None) if per_group else None
     if stream is None:
@@ -143,7 +143,7 @@ class StoreContext:
     schema: str = "timerbench"
     temporal_address: str | None = None
     temporal_namespace: str = "default"
-    state_bytes: int = 4096  # size of the encrypted poll state (seeds/003: TOASTed)
+    state_bytes: int = 4096  # size of the encrypted poll state (toasted-state)
 
 
 @runtime_checkable
@@ -161,7 +161,7 @@ class Scheduler(Protocol):
     description: str
     capabilities: Capabilities
     last_tick_at: float  # epoch s of the latest claim-loop iteration; 0.0 before run() starts.
-    # Health checks read it (seeds/000: a dead tick loop behind a green API is the failure).
+    # Health checks read it (health-endpoints: a dead tick loop behind a green API is the failure).
     claimed_timers: int  # timers claimed by this instance's run loops, re-claims included (see above)
     default_options: dict[str, Any]
     needs_postgres: bool

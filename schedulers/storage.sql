@@ -8,7 +8,7 @@
 ALTER TABLE {table} SET (fillfactor = {fillfactor_pct});
 
 -- name: autovacuum_tuned
--- seeds/000: "Autovacuum needs per-table tuning or the index bloats". Vacuum a churning table
+-- The timer-wheel article (autovacuum-per-table): "Autovacuum needs per-table tuning or the index bloats". Vacuum a churning table
 -- after a small fraction of dead rows and without cost-based sleeping.
 ALTER TABLE {table} SET (
     autovacuum_vacuum_scale_factor = {autovacuum_scale_factor},

@@ -1,5 +1,5 @@
-"""Goodput of one run over fixed steps of its measured window and of the drain after it (issue 21:
-"goodput >= 90% of the maximum for the whole window", "drains at no less than that rate").
+"""Goodput of one run over fixed steps of its measured window and of the drain after it (the overload
+targets: "goodput >= 90% of the maximum for the whole window", "drains at no less than that rate").
 
     .venv/bin/python scripts/goodput_per_window.py runs/<run dir> [--step 5]
 

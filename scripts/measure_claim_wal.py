@@ -1,4 +1,4 @@
-"""WAL and time per pg_leased claim under a fixed backlog, by claim setting (issue 21).
+"""WAL and time per pg_leased claim under a fixed backlog, by claim setting.
 
     .venv/bin/bench env up
     .venv/bin/python scripts/measure_claim_wal.py             # rows, ms and WAL per claim, by setting
@@ -8,7 +8,7 @@ Arms ``--backlog`` due timers (default 60,000) and ``--future`` not-yet-due ones
 100 tenants (4 KB state) in a schema of its own. Then it either runs 15 claims one after another
 and prints rows, milliseconds and WAL per claim (``pg_current_wal_lsn`` deltas: server-wide, so
 run it on a quiet server), or prints ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim with the default
-settings and rolls it back. ``overselect=60`` is seeds/000's over-select at the default
+settings and rolls it back. ``overselect=60`` is the timer-wheel article's over-select at the default
 max_per_tenant (batch x max_per_tenant rows locked per claim); the default locks batch x 1
 (overselect 1; it was 2 when MEASUREMENTS.md's claim table was measured).
 """

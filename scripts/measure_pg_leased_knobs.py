@@ -4,7 +4,7 @@
 
 For each setting: a fresh database of its own (so no other session's snapshot holds back
 pruning, see ``tests/pg_leased/conftest.py``), ``--triggers`` timers with a 4 kB incompressible
-poll state (seeds/003: TOASTed encrypted state), one run loop, a processor that re-arms every fire
+poll state (toasted-state: TOASTed encrypted state), one run loop, a processor that re-arms every fire
 0-0.5 s later (so fires come in shuffled order, as with 60-120 s intervals) and finds news with
 probability ``--change`` (a new state and an effect). After ``--cycles`` fires per trigger the
 pool closes, statistics are flushed, and the tuple counters of every table *and its TOAST
@@ -217,7 +217,9 @@ async def main() -> None:
     ap.add_argument("--triggers", type=int, default=2000)
     ap.add_argument("--cycles", type=int, default=5, help="fires per trigger")
     ap.add_argument("--change", type=float, default=0.3, help="share of polls that find news (new state + effect)")
-    ap.add_argument("--state-bytes", type=int, default=4096, help="poll state size (seeds/003: TOASTed, 4096)")
+    ap.add_argument(
+        "--state-bytes", type=int, default=4096, help="poll state size (the Composio article's TOASTed state: 4096)"
+    )
     ap.add_argument("--only", default=None, help="run only settings whose label contains this")
     args = ap.parse_args()
     dsn = args.dsn

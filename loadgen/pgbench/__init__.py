@@ -34,7 +34,7 @@ REARM_SQL = HERE / "rearm.sql"
 SETUP_SQL = HERE / "setup.sql"
 PG_LEASED_QUERIES = HERE.parent.parent / "schedulers" / "pg_leased" / "queries.sql"
 
-BATCHES = (1, 100, 800)  # issue 11: claim + re-arm at batch sizes 1, 100 and 800
+BATCHES = (1, 100, 800)  # claim + re-arm at batch sizes 1, 100 and 800 (batch-800)
 CLIENTS = 4  # pgbench -c
 THREADS = 2  # pgbench -j: this machine has 2 cores
 DURATION_S = 10  # pgbench -T, seconds per batch size

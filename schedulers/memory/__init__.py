@@ -1,7 +1,7 @@
 """memory: an in-process heap scheduler.
 
 Two jobs: it is the conformance oracle (the simplest thing that keeps every promise of
-DESIGN.md) and the measure of the harness's own ceiling, so its per-fire cost is kept tiny:
+docs/design.md) and the measure of the harness's own ceiling, so its per-fire cost is kept tiny:
 tuples in a heap, lazy deletion of moved timers by version number, no per-fire allocation
 beyond the :class:`Fire` handed to the processor.
 
@@ -55,7 +55,7 @@ class MemoryScheduler:
     default_options: dict[str, Any] = {
         "tick_s": 0.05,  # longest sleep between claim loops when nothing is due, seconds
         "coalesce_s": 0.01,  # shortest sleep after a claim that caught up, seconds
-        "batch": 800,  # timers per processor call (seeds/003: up to 800 per tick)
+        "batch": 800,  # timers per processor call (batch-800)
         "lease_s": 30.0,  # a crashed owner's timers come back after this, seconds
         # batches' worth of fires in flight per run loop (rows come back as their polls finish)
         "inflight_batches": 16,

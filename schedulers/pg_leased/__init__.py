@@ -1,29 +1,29 @@
-"""pg_leased: the Postgres answer (seeds/000 + seeds/001): SKIP LOCKED claims, heartbeat
-leases, a sweeper, and HOT-friendly storage.
+"""pg_leased: the Postgres answer (the timer-wheel and durable-workflows articles, docs/sources.md):
+SKIP LOCKED claims, heartbeat leases, a sweeper, and HOT-friendly storage.
 
 Data flow of one fire (every statement is in ``queries.sql``, the tables in ``schema.sql``):
 
-1. ``claim_due`` — one short transaction, committed before any work runs (seeds/000: "claim,
+1. ``claim_due`` — one short transaction, committed before any work runs (claim-commit-execute: "claim,
    commit, then execute"; a claim held open across a slow poll pins the vacuum horizon). It
    locks due rows with ``FOR UPDATE SKIP LOCKED``, ranks them per tenant with ``ROW_NUMBER``
    outside the locking query, keeps ``max_per_tenant`` per tenant, and marks the picked rows
-   ``running`` under a lease ``(owner_id, lease_expires)`` (seeds/001).
-2. ``fetch_states`` — the poll state of the whole batch in one query (seeds/000: batched
-   per-tick lookups instead of per-row round trips).
+   ``running`` under a lease ``(owner_id, lease_expires)`` (lease-columns).
+2. ``fetch_states`` — the poll state of the whole batch in one query (batch-200: batched
+   lookups instead of per-row round trips).
 3. The processor polls, and hands outcomes back in groups as their polls finish.
 4. ``commit_batch`` per claim, or per group under load (``commit_per_group``) — one statement,
    hence one transaction: re-arm (next fire time, lease cleared, version + 1), the new poll
-   state, and the effects under their ``(trigger_id, due_at)`` key (seeds/001 idempotent
+   state, and the effects under their ``(trigger_id, due_at)`` key (checkpoint-key, the idempotent
    checkpoint); ``RETURNING`` says which effects were new, and the processor hears it through
    ``committed``. Leases are per row, so nothing ties a row's commit to the rest of its claim:
    under load, committing per group keeps a claim's slowest poll from holding the other rows'
-   re-arms and the run loop's room (issue 21, head-of-line).
+   re-arms and the run loop's room (head-of-line blocking).
 
 Rows are updated in place, never deleted per fire. A finished timer stays as a ``done`` row,
 outside the partial index. ``next_fire_at IS NULL`` is due now; it is stored as ``due_key =
 -infinity`` (a generated column) so that "due" is one index range, NULLs first.
 
-Leases (seeds/000 "the timeout is not evidence of death, it is evidence of silence"): while a
+Leases (heartbeat-lease: "the timeout is not evidence of death, it is evidence of silence"): while a
 batch is in flight, its run loop's heartbeat extends the lease of every row it holds every
 ``lease_s * heartbeat_fraction``; every run loop also runs the sweeper every ``sweep_s``, which
 returns rows whose lease has lapsed to ``scheduled`` (safe on all nodes at once). A crashed
@@ -34,7 +34,7 @@ Re-arm versus move: ``arm()`` of an id that is in flight bumps its ``version``; 
 batch's commit only re-arms rows whose ``(owner_id, version, attempt)`` still match its claim, so
 the move wins. The same check drops a commit for a row swept away from an owner that looked dead.
 
-Fairness: the seed's claim over-selects ``limit * max_per_tenant`` rows so the per-tenant cap
+Fairness: the timer-wheel article's claim over-selects ``limit * max_per_tenant`` rows so the per-tenant cap
 still leaves a full batch. That holds while the big tenant's backlog is smaller than the
 over-select; behind a larger one (the conformance suite's 2,000-row tenant against 500 locked
 rows) every locked row belongs to one tenant. ``claim_due`` therefore adds a second locking
@@ -45,7 +45,8 @@ the union of both.
 Capacity: what a claim reads and locks is bounded by ``limit * overselect + tenant_scan`` rows,
 never by the backlog (the partial index is in the claim's order, so nothing sorts the due
 range). A claim that cost more the further behind it was made pg_leased collapse under
-overload (issue 21); ``overselect`` (default 1, the seed's is ``max_per_tenant``) is the knob.
+overload; ``overselect`` (default 1, the article's is ``max_per_tenant``) is the knob
+(MEASUREMENTS.md).
 
 HOT-friendliness knobs (all options, all recorded in ``self.options``):
 
@@ -74,7 +75,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,80 +136,51 @@ class PgLeasedScheduler:
     description = (
         "Postgres with SKIP LOCKED claims, per-tenant fairness, heartbeat leases, a sweeper, HOT-friendly state"
     )
+    # Why each default is what it is, with the runs behind it: MEASUREMENTS.md ("Defaults").
     default_options: dict[str, Any] = {
-        # seeds/000: "a 100ms tick means up to 100ms of scheduling latency". Seconds; the
-        # longest a run loop sleeps when a claim came back empty.
+        # seconds a run loop sleeps after an empty claim (tick-100ms: up to 100 ms of latency)
         "tick_s": 0.1,
-        # seeds/000: "with a batch of 200". Rows per claim (and per processor call).
+        # rows per claim and per processor call (batch-200)
         "batch": 200,
-        # Rows one tenant may take in one claim; also the over-select factor
-        # (seeds/000: lock batch * max_per_tenant rows, saturating). Measured: at 20, the hottest
-        # of 100 Zipf(1.1) tenants (~19% of fires) was capped near 20 x claims/s and fell behind
-        # at 5,000 fires/s; at 60 (at most 30% of a batch) the same run held with p99 226 ms.
+        # rows one tenant may take in one claim: at most 30% of a batch, so a hot tenant keeps up
         "max_per_tenant": 60,
-        # Tenants (with any scheduled row, due or not) the fairness branch of claim_due visits
-        # per claim, in tenant_id order, two index probes each. Tenants past it still get
-        # claimed by the seed's time-ordered branch, but without the fairness guarantee.
+        # tenants the fairness branch of claim_due visits per claim (tenant_id order, two index
+        # probes each); tenants past it are claimed by the time-ordered branch, without the guarantee
         "tenant_scan": 256,
-        # Rows the time-ordered branch of claim_due locks per claim: batch x overselect. seeds/000
-        # locks batch x max_per_tenant there, so that trimming by tenant still leaves a full
-        # batch; with max_per_tenant at 60 that is 12,000 row locks (each a WAL record) for a
-        # batch of 200 whenever a backlog fills the due range: measured, 724 KB of WAL per claim
-        # against 99 KB at 600 locks (issue 21, the overload collapse). The fairness branch
-        # (`heads`) finds the other tenants, so this branch needs no slack: at 7,000 fires/s offered
-        # (ceiling workload, 4 kB state) overselect 1 took 0.216 ms of Postgres CPU per fire against
-        # 0.245 at 2, and achieved 6,327/s against 5,671/s (one run each; fairness tests pass).
+        # the time-ordered branch locks batch x overselect rows; the article's is max_per_tenant,
+        # but every lock is a WAL record and the fairness branch already finds the other tenants
         "overselect": 1,
-        # seconds a lease lasts without a heartbeat; a crashed owner's rows come back after it.
-        # seeds/001: too short steals from slow owners (safe, with keyed effects), too long
-        # delays recovery.
+        # seconds a lease lasts without a heartbeat (lease-trade-off: too short steals from slow
+        # owners, safe with keyed effects; too long delays recovery)
         "lease_s": 30.0,
-        # heartbeat period as a fraction of lease_s (1/3: two heartbeats may be lost in a row).
+        # heartbeat period as a fraction of lease_s (1/3: two heartbeats may be lost in a row)
         "heartbeat_fraction": 1 / 3,
-        # seconds between sweeps of expired leases, per run loop.
+        # seconds between sweeps of expired leases, per run loop
         "sweep_s": 5.0,
-        # claim statements one run loop keeps in flight at once (SKIP LOCKED keeps their rows
-        # disjoint). One at a time capped a loop near 20 claims/s x batch under a backlog.
+        # claim statements one run loop keeps in flight (SKIP LOCKED keeps their rows disjoint)
         "claimers": 3,
-        # rows one run loop holds in flight, in batches: inflight_batches x batch. A claim waits
-        # for a batch's worth of room; rows give theirs back as their polls finish and commit.
-        # (When a batch held its room until its slowest poll, provider p99 ~1 s, 4 x 200 capped
-        # a loop near 500 fires/s, under the seeds' 556/s.)
+        # room of one run loop, in batches: inflight_batches x batch rows in flight; rows give
+        # theirs back as their polls finish and commit
         "inflight_batches": 16,
         # "always": commit each group of outcomes as its polls finish; "never": the whole claim
-        # when its slowest poll ends (the seeds' batch); "auto": per group only when the claim
-        # started with less than half the run loop's room free, i.e. when a batch held back by
-        # its slowest poll would hold back claims (head-of-line). Measured at 556 fires/s
-        # (production-compressed, one run each): always gave p99 lag 120 ms against never's
-        # 124 ms, for 3.9 KiB written to disk per fire against 2.1 and 0.57 ms of Postgres CPU
-        # per fire against 0.39 (a commit per ~4 rows instead of per ~25): at a rate the room
-        # never limits, per-group commits cost and buy nothing.
+        # when its slowest poll ends (the articles' batch); "auto": per group only when the claim
+        # started with less than half the room free (head-of-line blocking would hold claims back)
         "commit_per_group": "auto",
-        # connections in this instance's pool.
+        # connections in this instance's pool
         "pool_size": 12,
-        # percent; state table page fill. 50 leaves room for a new version of every row on the
-        # page: one commit updates a whole batch in one transaction, and its own old versions
-        # cannot be pruned before it commits, so a batch that covers a whole page (claims come
-        # in due order, often neighbours) needs that much room to stay HOT. The rows are narrow
-        # (the state itself is in TOAST), so the cost is a small table twice as big.
+        # percent; state table page fill: room for a second version of every row, since one commit
+        # updates a whole batch and cannot prune its own old versions before it commits
         "state_fillfactor_pct": 50,
         # poll state in its own table, updated by primary key (HOT-able). False: in the row.
         "split_state": True,
-        # skip the state write when the poll did not change it.
+        # skip the state write when the poll did not change it (skip-unchanged)
         "skip_unchanged_state": True,
-        # keep the poll state inside the heap row (toast_tuple_target 8160) instead of TOAST.
-        # Measured (scripts/measure_pg_leased_knobs.py, 4096-byte state): 2.6 instead of 4.4
-        # tuple writes per fire, same row bytes, no TOAST churn, fewer dead tuples. The price
-        # is the state table's HOT ratio: two versions of a 4 kB row do not fit in one 8 kB
-        # page, so each state change is a non-HOT update with one PK index entry (TOAST's is
-        # a HOT update plus three chunk inserts, three chunk deletes and three TOAST index
-        # entries). States up to ~4000 bytes stay inline *and* HOT at state_fillfactor_pct 50.
+        # keep the poll state inside the heap row (toast_tuple_target 8160) instead of TOAST:
+        # fewer writes per fire, though the HOT ratio reads worse
         "inline_state": True,
         # The storage knobs every Postgres design accepts (schedulers.pg.STORAGE_OPTIONS), on the
-        # schedule and state tables. fillfactor_pct: schedule page fill. Claims and re-arms are
-        # never HOT (they change indexed columns); the free room serves HOT heartbeats and
-        # page-local non-HOT versions. autovacuum_tuned: per-table settings (scale factor 0.02,
-        # threshold 1000 rows, no cost delay) instead of the server's.
+        # schedule and state tables. Claims and re-arms are never HOT (they change indexed
+        # columns): the free room serves HOT heartbeats. autovacuum_tuned: per-table settings.
         **storage_options(fillfactor_pct=90, autovacuum_tuned=True),
     }
     conformance_options: dict[str, Any] = {

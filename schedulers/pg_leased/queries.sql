@@ -31,34 +31,13 @@ FROM unnest(%(ids)s::text[], %(poll_states)b::bytea[]) AS u(id, poll_state)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: claim_due
--- seeds/000's two-step claim, in one short transaction that commits before any work runs.
---
--- Step 1 locks candidates with FOR UPDATE SKIP LOCKED (two claims never get the same row). A
--- lock re-checks the row's conditions on its newest version, so a row another claim took,
--- fired and re-armed since this statement's snapshot is skipped, not fired early.
---   `locked`: the seed's query. Due scheduled rows by priority, then fire time (NULL = -infinity
---     first), over-selecting limit * overselect rows (the seed: limit * max_per_tenant; every
---     locked row is a WAL record, so under a backlog that product is the claim's cost: see
---     the overselect option); it saturates at int4 max instead of overflowing (seeds/000: "a
---     pathological configuration should degrade").
---   `heads`: each of the first tenant_scan tenants' earliest due rows, its share of the same
---     over-select (at least one, at most max_per_tenant).
---     The seed's over-select only helps while the big tenant's backlog is smaller than
---     limit * max_per_tenant; a 2,000-row backlog ahead of everyone fills all 500 locked rows
---     with one tenant and starves the rest. `heads` finds the other tenants directly: a loose
---     index scan (`tenants`, one index probe per tenant) and one bounded range per tenant.
---     Locked too: unlocked heads are the same rows for every concurrent claim, so all but the
---     first found them taken and returned short batches (92 of 200 rows on average at 5,000
---     fires/s with three claimers).
--- Everything a claim reads is bounded by limit * overselect + tenant_scan rows, whatever the
--- backlog (issue 21: reading max_per_tenant rows per tenant and sorting the whole due range
--- made every claim cost more the further behind it was: congestion collapse).
--- Step 2, outside the locking queries (Postgres forbids FOR UPDATE with window functions):
---   rank per tenant with ROW_NUMBER, keep rn <= max_per_tenant, up to limit, in the seed's
---   order. Rows locked but not picked are released at commit, untouched.
--- The same statement marks the picked rows running under a lease for this owner.
--- {schedule} is the table claimed from: {schema}.schedule here; pg_partitioned runs this same
--- statement against one partition of it at a time.
+-- The timer-wheel article's two-step claim (two-step-claim) in one short transaction, committed
+-- before any work runs: lock candidates with FOR UPDATE SKIP LOCKED, then rank per tenant outside
+-- the lock (Postgres forbids FOR UPDATE beside a window function) and mark the picked rows
+-- running under this owner's lease. Unpicked rows are released at commit, untouched. What a
+-- claim reads is bounded by limit * overselect + tenant_scan rows, whatever the backlog
+-- (MEASUREMENTS.md, "The claim"). {schedule}: the table claimed from (pg_partitioned: a partition).
+-- tenants: a loose index scan, the first tenant_scan tenants with a scheduled row
 WITH RECURSIVE tenants(tenant_id, n) AS (
     (SELECT s.tenant_id, 1
        FROM {schedule} s
@@ -75,10 +54,12 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
             ORDER BY s.tenant_id
             LIMIT 1) nxt
      WHERE t.n < %(tenant_scan)s
+-- share: each tenant's part of the over-select, at least one row, at most max_per_tenant
 ), share AS (
     SELECT least(%(max_per_tenant)s::bigint,
                  greatest(1, ceil(least(%(limit)s::bigint * %(overselect)s::bigint, 2147483647)::numeric
                                   / greatest(1, (SELECT count(*) FROM tenants))))::bigint) AS per_tenant
+-- heads: each tenant's earliest due rows, locked (one tenant's backlog cannot fill the batch)
 ), heads AS (
     SELECT h.id, h.tenant_id, h.priority, h.due_key
       FROM tenants t
@@ -94,6 +75,8 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
             ORDER BY s.tenant_id, s.due_key
             LIMIT (SELECT per_tenant FROM share)
               FOR UPDATE OF s SKIP LOCKED) h
+-- locked: the article's query, due rows in claim order; the multiply saturates at int4 max. A
+-- lock re-checks the newest version: a row fired and re-armed since the snapshot is skipped.
 ), locked AS (
     SELECT s.id, s.tenant_id, s.priority, s.due_key
       FROM {schedule} s
@@ -130,7 +113,7 @@ RETURNING s.id, s.tenant_id, s.type, s.priority,
           s.armed_at, s.version, s.attempt;
 
 -- name: fetch_states
--- Batched lookup (seeds/000: one query per tick, not one round trip per row), split_state on.
+-- Batched lookup (batch-200: one query per claim, not one round trip per row), split_state on.
 SELECT id, poll_state FROM {schema}.state WHERE id = ANY(%(ids)s::text[]);
 
 -- name: fetch_states_inline
@@ -138,7 +121,7 @@ SELECT id, poll_state FROM {schema}.state WHERE id = ANY(%(ids)s::text[]);
 SELECT id, poll_state FROM {schema}.schedule WHERE id = ANY(%(ids)s::text[]);
 
 -- name: extend_leases
--- Heartbeat (seeds/000: "make the live case produce a signal"): push the lease of every row
+-- Heartbeat (heartbeat-lease: "make the live case produce a signal"): push the lease of every row
 -- this owner still holds. Touches only lease_expires, which no index covers: a HOT update
 -- when the page has room (fillfactor). SKIP LOCKED: a heartbeat never waits, so it cannot
 -- deadlock with this owner's own commit (which is about to release the row anyway), an arm()
@@ -158,7 +141,7 @@ UPDATE {schema}.schedule s
  WHERE s.id = mine.id;
 
 -- name: sweep_expired_leases
--- seeds/001 sweeper: rows whose owner went silent go back to scheduled, keeping their fire
+-- The durable-workflows article's sweeper: rows whose owner went silent go back to scheduled, keeping their fire
 -- time (so they are due at once) and attempt count (the next delivery is attempt + 1). Safe on
 -- every node at once: SKIP LOCKED, and the lease is re-checked on the row being updated.
 WITH expired AS (
@@ -185,7 +168,7 @@ RETURNING s.id;
 --     A row swept away from a dead-looking owner has another owner or attempt: ignored.
 --   states (split_state on): the new poll state of the re-armed rows, by primary key. A NULL
 --     entry means unchanged: no write at all (skip_unchanged_state).
---   effects: seeds/001 checkpoint; RETURNING tells which were newly recorded (delivered).
+--   effects: checkpoint-key; RETURNING tells which were newly recorded (delivered).
 WITH batch AS (
     SELECT *
       FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],

@@ -6,25 +6,25 @@
 
 -- name: schedule_table
 -- One narrow row per trigger, updated in place on every fire, never deleted and reinserted
--- (the seeds/003 "before" design deletes and reinserts per fire; that is what we avoid).
+-- (the Composio article's "before" design deletes and reinserts per fire; that is what we avoid).
 CREATE TABLE IF NOT EXISTS {schema}.schedule (
     id            text PRIMARY KEY,
     tenant_id     text NOT NULL,
     type          text NOT NULL,
-    priority      integer NOT NULL DEFAULT 0,           -- higher first (seeds/000 claim order)
+    priority      integer NOT NULL DEFAULT 0,           -- higher first (claim-order)
     state         text NOT NULL DEFAULT 'scheduled'
                   CHECK (state IN ('scheduled', 'running', 'done')),
-    next_fire_at  timestamptz,                          -- NULL: due now (seeds/000)
-    -- seeds/000 claims `next_fire_at IS NULL OR next_fire_at <= now`. An OR cannot bound an
+    next_fire_at  timestamptz,                          -- NULL: due now (null-due-now)
+    -- The timer-wheel article claims `next_fire_at IS NULL OR next_fire_at <= now`. An OR cannot bound an
     -- index range scan, so NULL is folded to -infinity here: "due" becomes one range,
-    -- `due_key <= now()`, and NULL rows sort first as the seed orders them (NULLS FIRST).
+    -- `due_key <= now()`, and NULL rows sort first as the article orders them (NULLS FIRST).
     due_key       timestamptz NOT NULL
                   GENERATED ALWAYS AS (coalesce(next_fire_at, '-infinity'::timestamptz)) STORED,
     armed_at      timestamptz NOT NULL DEFAULT now(),   -- when this fire time was armed
     version       bigint NOT NULL DEFAULT 0,            -- +1 per arm / re-arm: a move wins
     attempt       integer NOT NULL DEFAULT 0,           -- deliveries of this version; claim token
-    owner_id      text,                                 -- lease holder (seeds/001)
-    lease_expires timestamptz,                          -- renewed by heartbeat (seeds/000, 001)
+    owner_id      text,                                 -- lease holder (lease-columns)
+    lease_expires timestamptz,                          -- renewed by heartbeat (heartbeat-lease)
     poll_state    bytea                                 -- only when split_state is off
 ) WITH (fillfactor = {fillfactor_pct});
 
@@ -37,12 +37,11 @@ ALTER TABLE {schedule} SET (fillfactor = {fillfactor_pct}, toast_tuple_target = 
 ALTER TABLE {schema}.schedule ALTER COLUMN poll_state SET STORAGE EXTERNAL;
 
 -- name: schedule_due_idx
--- seeds/000: the partial index on scheduled rows. Running and done rows never enter it, so it
--- stays as small as the set of armed timers. Not the seed's (next_fire_at) alone: the claim
--- orders by priority first, and an index on the fire time only makes every claim sort the whole
--- due range (under a 60,000-row backlog, 80 ms and an on-disk sort per claim: the work per fire
--- grew with the backlog, issue 21). In the claim's order, the claim reads only the rows it locks;
--- Postgres 18's skip scan serves `due_key <= now()` without a condition on priority.
+-- The timer-wheel article's partial index on scheduled rows (partial-index): running and done
+-- rows never enter it. In the claim's order (priority first), not on the fire time alone, so a
+-- claim reads only the rows it locks instead of sorting the due range (MEASUREMENTS.md: 80 ms
+-- and an on-disk sort per claim under a 60,000-row backlog); Postgres 18's skip scan serves
+-- `due_key <= now()` without a condition on priority.
 CREATE INDEX IF NOT EXISTS schedule_priority_due_idx ON {schema}.schedule (priority DESC, due_key)
     WHERE state = 'scheduled';
 
@@ -59,8 +58,8 @@ CREATE INDEX IF NOT EXISTS schedule_running_idx ON {schema}.schedule (owner_id)
 
 -- name: state_table
 -- split_state: the wide poll state in its own key-value table, updated only by primary key and
--- only in its one non-key column, so every update can be HOT (seeds/003: the replacement's
--- state table ran 100% HOT). Created even when split_state is off (then it stays empty).
+-- only in its one non-key column, so every update can be HOT (the Composio article's hot-100pct:
+-- its replacement's state table ran 100% HOT). Created even when split_state is off (then empty).
 CREATE TABLE IF NOT EXISTS {schema}.state (
     id         text PRIMARY KEY,
     poll_state bytea NOT NULL
@@ -73,7 +72,7 @@ ALTER TABLE {state} SET (fillfactor = {state_fillfactor_pct}, toast_tuple_target
 ALTER TABLE {schema}.state ALTER COLUMN poll_state SET STORAGE EXTERNAL;
 
 -- name: effects_table
--- seeds/001 idempotent checkpoint: an effect is recorded once per (trigger, fire time); a
+-- The durable-workflows article's idempotent checkpoint (checkpoint-key): an effect is recorded once per (trigger, fire time); a
 -- duplicate fire's insert conflicts and is reported as not delivered.
 CREATE TABLE IF NOT EXISTS {schema}.effects (
     trigger_id  text NOT NULL,

@@ -1,7 +1,7 @@
-"""pg_partitioned: seeds/003's rejected alternative, pg_leased's design over a table split into N
-partitions of one database.
+"""pg_partitioned: the Composio article's rejected alternative (docs/sources.md, shared-horizon),
+pg_leased's design over a table split into N partitions of one database.
 
-seeds/003, "Why we batched timers instead of sharding Postgres": "Smaller tables would scan
+The article, "Why we batched timers instead of sharding Postgres": "Smaller tables would scan
 faster, but splitting them within one database would still leave them sharing a vacuum horizon."
 This backend lets a team measure both halves of that sentence on its own workload: the claim
 scans one small partition at a time, and a single old snapshot anywhere in the database still
@@ -65,12 +65,14 @@ def partition_name(table: str, remainder: int) -> str:
 
 class PgPartitionedScheduler(PgLeasedScheduler):
     name = "pg_partitioned"
-    description = "pg_leased over N hash partitions of one database, claimed round-robin (seeds/003's rejected split)"
+    description = (
+        "pg_leased over N hash partitions of one database, claimed round-robin (the Composio article's rejected split)"
+    )
     default_options: dict[str, Any] = {
         **PgLeasedScheduler.default_options,
-        # Hash partitions of schedule and state. 8: at the seeds' production population (~48,000
-        # triggers, 556 fires/s) a partition holds ~6,000 rows, about one seeds/003 timer shard
-        # (capped at 5,000 timers). The claims reach each partition 1/N as often as pg_leased
+        # Hash partitions of schedule and state. 8: at the production population (~48,000
+        # triggers, 556 fires/s) a partition holds ~6,000 rows, about one of the Composio
+        # article's timer shards (shard-cap-5000). The claims reach each partition 1/N as often as pg_leased
         # reaches its table, so lag grows with it (MEASUREMENTS.md).
         "partitions": 8,
     }

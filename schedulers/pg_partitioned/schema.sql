@@ -1,6 +1,6 @@
 -- pg_partitioned schema: pg_leased's tables (schedulers/pg_leased/schema.sql), with the two that
 -- churn, schedule and state, split by hash of the trigger id into {partitions} partitions of one
--- database (seeds/003's rejected "splitting them within one database").
+-- database (the Composio article's rejected "splitting them within one database").
 --
 -- Setup first renders pg_leased's schema.sql into this session's pg_temp: a template no other
 -- session sees, dropped at the end of setup. The parents below are created LIKE it, so columns,

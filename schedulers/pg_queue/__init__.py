@@ -1,13 +1,14 @@
-"""pg_queue: the "before" design of seeds/003, a Postgres table used as the timer queue.
+"""pg_queue: the "before" design of the Composio article (docs/sources.md), a Postgres table used
+as the timer queue.
 
 It exists to be measured and migrated away from, so it behaves like the production system the
-seed describes, not like an improved one: the MVCC doom loop is part of the spec.
+article describes, not like an improved one: the MVCC doom loop is part of the spec.
 
 The table (``schema.sql``)
     One wide row per polling trigger: id, tenant, type, priority, interval, next fire time, claim
     columns (``claimed_by``, ``claimed_at``), status, timestamps and ``poll_state``, the encrypted
     poll state: ``StoreContext.state_bytes`` of incompressible random bytes (default 4096), so with
-    the default storage Postgres moves it out of line into TOAST (seeds/003). Six indexes: the
+    the default storage Postgres moves it out of line into TOAST (``toasted-state``). Six indexes: the
     primary key, ``next_fire_at`` (the one the due-work query walks), ``tenant_id``, ``type``,
     ``claimed_by`` and ``created_at``. Default fillfactor, default autovacuum: a first version
     (the storage knobs every Postgres design accepts, :data:`schedulers.pg.STORAGE_OPTIONS`,
@@ -15,18 +16,18 @@ The table (``schema.sql``)
     pg_leased's autovacuum settings, to tell tuning from design).
     Effects go to ``effects`` keyed ``(trigger_id, due_at)``.
 
-The cycle, and its four writes per poll (seeds/003: "one insert, two updates, and one delete")
-    Every ``tick_s`` (seeds/003: one second) a run loop takes one batch:
+The cycle, and its four writes per poll (``four-writes``: "one insert, two updates, and one delete")
+    Every ``tick_s`` (``tick-1s``) a run loop takes one batch:
 
     * **Write 1, UPDATE** ``claim_due``, its own autocommit transaction, before any polling:
-      select up to ``batch`` due rows (seeds/003: 800), oldest ``next_fire_at`` first, with
+      select up to ``batch`` due rows (``batch-800``), oldest ``next_fire_at`` first, with
       ``FOR UPDATE SKIP LOCKED``, and mark them claimed (``status``, ``claimed_by``,
       ``claimed_at``, ``attempts``). ``claimed_by`` is indexed, so this update is never HOT.
     * The processor of the timers' type polls (no write) and returns one outcome per fire. With
-      ``hold_tick_tx`` (the default, as the seed's tick did it) the tick's transaction is open
+      ``hold_tick_tx`` (the default, as the article's tick did it) the tick's transaction is open
       around the claim and this hand-off: it takes an xid before the claim (``tick_hold``) and
       ends once the processor has the outcomes, so the vacuum horizon stays where it was for as
-      long as the tick takes (seeds/003: "Slower ticks held transactions and snapshots open
+      long as the tick takes (``slow-ticks``: "Slower ticks held transactions and snapshots open
       longer, delaying cleanup further", the feedback that made the doom loop a loop). The claim
       itself still commits on its own: held in the tick's transaction, its row locks would make
       an ``arm()`` moving an in-flight timer wait for the poll (and a processor that waits for
@@ -39,7 +40,7 @@ The cycle, and its four writes per poll (seeds/003: "one insert, two updates, an
       ``last_polled_at``, ``last_poll_found_events``, ``poll_count``). It changes no indexed
       column, so it is HOT when the heap page has room, which on a default-fillfactor table
       packed with fresh inserts it often does not (tests/pg_queue measures 14-22% of all
-      updates HOT; seeds/003 saw 18%).
+      updates HOT; the article saw 18%, ``hot-18pct``).
     * **Write 3, DELETE** ``delete_fired``: the fired row goes, with its TOAST chunks.
     * **Write 4, INSERT** ``insert_next_run``: the row for the next run, carrying the poll state
       (the poll's new state when it changed, else the state read at claim), so every fire
@@ -53,7 +54,7 @@ The cycle, and its four writes per poll (seeds/003: "one insert, two updates, an
     each write leaving a dead heap version behind: three dead versions per fire, plus the dead
     TOAST chunks of the deleted row.
 
-Choices the seed does not state (what a typical first version does)
+Choices the article does not state (what a typical first version does)
     * Claims are recovered by a **stale-claim timeout**, not leases: a claim older than
       ``stale_claim_s`` (default 300 s) is treated as abandoned and the due-work query takes it
       again. There is no heartbeat, so a processor slower than ``stale_claim_s`` loses its
@@ -111,7 +112,7 @@ QUERIES_SQL = _HERE / "queries.sql"
 
 TABLES = ("triggers", "effects")
 STORAGE_TABLES = ("triggers",)  # the churning table the storage knobs apply to
-# The six indexes of the trigger table (seeds/003: "it had six indexes"), plus the effects key.
+# The six indexes of the trigger table (``six-indexes``), plus the effects key.
 INDEXES = (
     "triggers_pkey",
     "triggers_next_fire_at_idx",
@@ -125,16 +126,18 @@ INDEXES = (
 
 class PgQueueScheduler:
     name = "pg_queue"
-    description = "seeds/003 'before': Postgres table as queue, delete + re-insert per poll (the doom loop)"
+    description = (
+        "the Composio article's 'before': Postgres table as queue, delete + re-insert per poll (the doom loop)"
+    )
     default_options: dict[str, Any] = {
-        "tick_s": 1.0,  # the scheduler wakes this often and claims one batch, seconds (seeds/003: every second)
-        "batch": 800,  # rows claimed per tick (seeds/003: up to 800 due rows)
+        "tick_s": 1.0,  # the scheduler wakes this often and claims one batch, seconds (tick-1s)
+        "batch": 800,  # rows claimed per tick (batch-800)
         "stale_claim_s": 300.0,  # a claim older than this is abandoned and claimable again, seconds
         "inflight_batches": 4,  # claimed batches polled concurrently per run loop
         "batch_time_s": 1.0,  # allowance to claim and hand over one batch, seconds (enters max_lag_s)
         "pool_size": 8,  # Postgres connections per scheduler instance
         # True: the tick's transaction (an xid: the vacuum horizon) stays open through the claim and
-        # the hand-off to the processor, as seeds/003's tick did; False: nothing open while polling
+        # the hand-off to the processor, as the Composio article's tick did; False: nothing open while polling
         "hold_tick_tx": True,
         # fillfactor_pct, autovacuum_*: schedulers.pg.STORAGE_OPTIONS, at the server's values
         **storage_options(),
@@ -311,7 +314,7 @@ class PgQueueScheduler:
                 await self._sleep_out_tick(started, stop)
 
     async def _sleep_out_tick(self, started: float, stop: asyncio.Event) -> None:
-        """One claim per tick, as the seed's scheduler: sleep out the rest of the tick."""
+        """One claim per tick, as the Composio article's scheduler: sleep out the rest of the tick."""
         wait_s = self.tick_s - (time.monotonic() - started)
         if wait_s > 0:
             await nap(wait_s, stop)
@@ -324,7 +327,7 @@ class PgQueueScheduler:
         batch_no: int,
         claimed: asyncio.Future,
     ) -> None:
-        """One tick as seeds/003's scheduler ran it (``hold_tick_tx``): open the tick's
+        """One tick as the Composio article's scheduler ran it (``hold_tick_tx``): open the tick's
         transaction with an xid, claim (committed on its own), hand the batch to the processor and
         end the tick's transaction once the processor has the outcomes; then write the poll's
         results in the commit transaction. ``claimed`` gets the claimed fires (or the error of the

@@ -9,7 +9,7 @@
 INSERT INTO {schema}.triggers AS t
     (id, tenant_id, type, priority, next_fire_at, armed_at, status, poll_state, created_at, updated_at)
 SELECT u.id, u.tenant_id, u.type, u.priority,
-       coalesce(to_timestamp(u.fire_at), now()),   -- fire_at NULL: due now (seeds/000)
+       coalesce(to_timestamp(u.fire_at), now()),   -- fire_at NULL: due now (null-due-now)
        now(), 'scheduled', u.poll_state, now(), now()
 FROM unnest(%(ids)s::text[], %(tenants)s::text[], %(types)s::text[], %(priorities)s::int[],
             %(fire_ats)s::float8[], %(states)b::bytea[])
@@ -30,7 +30,7 @@ ON CONFLICT (id) DO UPDATE SET
 -- Opens the tick's transaction (hold_tick_tx): an xid, taken before the claim and kept until the
 -- processor has polled the batch. Vacuum cannot remove a version any running xid may still see,
 -- so for as long as the tick takes no dead tuple younger than it goes, in any table of the
--- database (seeds/003: "Slower ticks held transactions and snapshots open longer, delaying
+-- database (the Composio article, slow-ticks: "Slower ticks held transactions and snapshots open longer, delaying
 -- cleanup further"). It writes nothing and locks no row: an arm() moving a claimed timer does not
 -- wait for the poll.
 SELECT pg_current_xact_id();
@@ -81,7 +81,7 @@ WHERE t.id = u.id
 RETURNING t.id;
 
 -- name: delete_fired
--- Write 3 of 4 (DELETE): the fired row goes (seeds/003: "we deleted its row and inserted a new
+-- Write 3 of 4 (DELETE): the fired row goes (the Composio article: "we deleted its row and inserted a new
 -- one for the next run"). Only rows mark_polled confirmed as ours, already locked by this
 -- transaction. Returns what the next-run row carries over.
 DELETE FROM {schema}.triggers AS t

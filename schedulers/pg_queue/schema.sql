@@ -1,10 +1,11 @@
--- pg_queue: the "before" design of seeds/003, a Postgres table used as the timer queue.
+-- pg_queue: the "before" design of the Composio article (docs/sources.md), a Postgres table
+-- used as the timer queue.
 -- Everything here is what a typical first version looks like, on purpose: default storage,
 -- default fillfactor (100), default autovacuum settings, and an index for every question
 -- someone once asked of the table. Run by schedulers.pg.apply_schema, every block idempotent.
 
 -- name: create_triggers
--- One wide row per polling trigger (seeds/003: "The row was wide, with large encrypted columns
+-- One wide row per polling trigger (the Composio article: "The row was wide, with large encrypted columns
 -- stored out of line in TOAST"). poll_state is the encrypted provider cursor: incompressible
 -- bytes of StoreContext.state_bytes (default 4096), so with the default EXTENDED storage pglz
 -- gives up on compressing it and Postgres moves it out of line into the TOAST table.
@@ -29,7 +30,7 @@ CREATE TABLE IF NOT EXISTS {schema}.triggers (
 );
 
 -- name: index_next_fire_at
--- The index the scheduler's due-work query walks, oldest fire time first (seeds/003). Fired
+-- The index the scheduler's due-work query walks, oldest fire time first (due-scan). Fired
 -- rows are deleted and re-inserted with later times, so its old end fills with dead entries.
 CREATE INDEX IF NOT EXISTS triggers_next_fire_at_idx ON {schema}.triggers (next_fire_at);
 
@@ -52,7 +53,7 @@ CREATE INDEX IF NOT EXISTS triggers_created_at_idx ON {schema}.triggers (created
 
 -- name: create_effects
 -- What the polling processor delivered, keyed so a duplicate fire cannot repeat an effect
--- (seeds/001 checkpoint pattern: unique (execution_id, step_id); here (trigger_id, due_at)).
+-- (the durable-workflows article's checkpoint-key: unique (execution_id, step_id); here (trigger_id, due_at)).
 CREATE TABLE IF NOT EXISTS {schema}.effects (
     trigger_id   text        NOT NULL,
     due_at       timestamptz NOT NULL,

@@ -1,6 +1,6 @@
 """What temporal_per_trigger costs in Temporal, counted where it happens.
 
-The comparison with temporal_shards is about dispatch per fire (seeds/003: "still leave us
+The comparison with temporal_shards is about dispatch per fire (the Composio article: "still leave us
 dispatching a separate workflow's poll on every fire"), so the design counts its Temporal
 operations: workflows started and completed and signals sent (by ``arm()``), activities executed
 and fires handed to a processor (by the poll activity), and Continue-As-New (by the workflow).

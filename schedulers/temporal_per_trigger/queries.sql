@@ -93,7 +93,7 @@ FROM {schema}.trigger WHERE fire_at IS NOT NULL AND held_version = version;
 
 -- name: disarm
 -- Migration reconcile --repair only (a timer the source store does not have); this design has
--- no cancel (as temporal_shards, seeds/003). The version fence used as one: the row loses its
+-- no cancel (as temporal_shards: no-cancel). The version fence used as one: the row loses its
 -- fire time and its version moves on, so the workflow's next poll fires nothing and ends it, and
 -- a poll in flight commits nothing. disarm() also signals the workflows so they end at once.
 UPDATE {schema}.trigger SET fire_at = NULL, version = version + 1

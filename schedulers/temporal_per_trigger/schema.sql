@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS {schema}.trigger_state (
 ) WITH (fillfactor = 50);
 
 -- name: effects_table
--- Idempotent effects (seeds/001 checkpoint pattern): a duplicate fire of (trigger, due) finds
+-- Idempotent effects (the durable-workflows article's checkpoint-key): a duplicate fire of (trigger, due) finds
 -- the key taken and delivers nothing.
 CREATE TABLE IF NOT EXISTS {schema}.effects (
     trigger_id  text NOT NULL,

@@ -161,13 +161,13 @@ class ShardActivities:
         eff_ids = [f.timer_id for f, o in zip(fires, outcomes) if o.effect]
         eff_dues = [f.due_at for f, o in zip(fires, outcomes) if o.effect]
         if self.s.skip_unchanged_state:
-            # the optimisation seeds/003 lists as "next on the list": no write (no TOAST churn)
-            # when the poll left the state as it was
+            # the optimisation the Composio article lists as "next on the list" (skip-unchanged): no
+            # write (no TOAST churn) when the poll left the state as it was
             states = [(f.timer_id, o.new_state) for f, o in zip(fires, outcomes) if o.new_state is not None]
         else:
-            # seeds/003 as measured: every commit writes the poll state, so every fire rewrites all
-            # of its TOAST chunks (the state read at claim goes back when the poll left it alone;
-            # Postgres compares no bytes, a value sent again is stored again like a re-encrypted one)
+            # the Composio article as measured (toast-third): every commit writes the poll state, so
+            # every fire rewrites all of its TOAST chunks (the state read at claim goes back when the
+            # poll left it alone; Postgres compares no bytes, a value sent again is stored again)
             states = [
                 (f.timer_id, o.new_state if o.new_state is not None else f.state)
                 for f, o in zip(fires, outcomes)
@@ -256,7 +256,7 @@ class ShardActivities:
     @activity.defn(name="controller_tick")
     async def controller_tick(self, inp: ControllerInput) -> dict:
         """Grow the shard count when average utilisation passes ``grow_above``, to ``grow_target``
-        (seeds/003: 80 % and 60 %). Never shrinks: timers may live on every shard."""
+        (controller-80-60: 80 % and 60 %). Never shrinks: timers may live on every shard."""
         q = self.s.q
         async with self.s.pool.connection() as conn:
             n = (await (await conn.execute(q["ring_read"])).fetchone())[0]

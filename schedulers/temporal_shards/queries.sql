@@ -99,7 +99,7 @@ ON CONFLICT (trigger_id, due_at) DO NOTHING
 RETURNING trigger_id;
 
 -- name: write_state
--- The poll state of every committed fire (seeds/003), or with skip_unchanged_state only of the
+-- The poll state of every committed fire (toast-third), or with skip_unchanged_state only of the
 -- fires whose poll changed it. Either way a new value: all of its TOAST chunks are written anew.
 UPDATE {schema}.trigger_state s SET state = u.state
 FROM unnest(%(ids)s::text[], %(states)b::bytea[]) AS u(id, state)
@@ -176,7 +176,7 @@ FROM {schema}.trigger WHERE fire_at IS NOT NULL;
 
 -- name: disarm
 -- Migration reconcile --repair only (a timer the source store does not have). There is no
--- cancel operation in this design (seeds/003); this is the version fence used as one: the row
+-- cancel operation in this design (no-cancel); this is the version fence used as one: the row
 -- loses its fire time and its version moves on, so every copy a shard holds is stale (a batch
 -- claims only rows at the version the shard fired) and an in-flight batch's commit, which
 -- needs its lease, finds none.

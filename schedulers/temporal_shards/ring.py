@@ -4,7 +4,7 @@ Callers pick a shard for a timer id by hashing it onto a ring of shard points; a
 clockwise past shards that are already full, where "full" means holding
 ``ceil((1 + eps) * m / n)`` items (``m`` items over ``n`` shards). So no shard holds more than
 ``1 + eps`` times the average, and adding a shard moves few items (about ``1/n`` of them plus
-a small cascade from the bound). seeds/003 uses this to limit how many timers move when the
+a small cascade from the bound). The Composio article uses this (bounded-ring) to limit how many timers move when the
 controller grows the shard count.
 
 The hash is ``blake2b`` (hashlib), never the built-in ``hash()``, which is salted per process:

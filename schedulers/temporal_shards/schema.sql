@@ -1,10 +1,10 @@
--- temporal_shards: Postgres keeps durable trigger state, accessed by key only (seeds/003:
--- "Claim and commit access individual records by key, so that database behaves like a
--- key-value store"). No table here is ever searched by due time: Temporal shards hold time.
+-- temporal_shards: Postgres keeps durable trigger state, accessed by key only (the Composio
+-- article's by-key: "Claim and commit access individual records by key, so that database
+-- behaves like a key-value store"). No table here is ever searched by due time: Temporal shards hold time.
 
 -- name: trigger_table
 -- One narrow row per trigger. The primary key is its only index and no statement changes the
--- key, so every claim, lease extension and commit can be a HOT update (seeds/003: "100% of
+-- key, so every claim, lease extension and commit can be a HOT update (hot-100pct: "100% of
 -- updates to the trigger table were HOT"); fillfactor leaves room on the page for the two new
 -- versions each fire writes (claim, commit) until page pruning reclaims the old ones.
 -- fire_at is the armed fire time (NULL: finished), version bumps on every arm and re-arm so a
@@ -26,17 +26,17 @@ CREATE TABLE IF NOT EXISTS {schema}.trigger (
 -- name: state_table
 -- The wide encrypted poll state, in its own table updated by key (TOASTed when large), so a
 -- claim or lease extension on the narrow trigger row never rewrites it. A commit rewrites it on
--- every fire, as seeds/003 measured ("Every commit writes freshly encrypted poll state", so TOAST
--- writes went up by about a third), or only when the poll cursor changed with the option
--- skip_unchanged_state (seeds/003: "Skipping that write ... is next on the list").
+-- every fire, as the Composio article measured (toast-third: "Every commit writes freshly
+-- encrypted poll state", so TOAST writes went up by about a third), or only when the poll cursor changed with the option
+-- skip_unchanged_state (skip-unchanged: "Skipping that write ... is next on the list").
 CREATE TABLE IF NOT EXISTS {schema}.trigger_state (
     id    text PRIMARY KEY,
     state bytea
 ) WITH (fillfactor = 50);
 
 -- name: effects_table
--- Idempotent effects (seeds/001 checkpoint pattern): a duplicate fire of (trigger, due) finds
--- the key taken and delivers nothing.
+-- Idempotent effects (the durable-workflows article's checkpoint-key): a duplicate fire of
+-- (trigger, due) finds the key taken and delivers nothing.
 CREATE TABLE IF NOT EXISTS {schema}.effects (
     trigger_id  text NOT NULL,
     due_at      timestamptz NOT NULL,
@@ -45,9 +45,9 @@ CREATE TABLE IF NOT EXISTS {schema}.effects (
 );
 
 -- name: util_table
--- Shards write their timer counts here; the controller workflow reads it (seeds/003). Also
+-- Shards write their timer counts here; the controller workflow reads it (controller-80-60). Also
 -- where a shard records its history length when it continues as new, and its Continue-As-New
--- payload in bytes (seeds/003: Temporal caps it at 2 MB): measured at each report
+-- payload in bytes (can-2mb: Temporal caps it at 2 MB): measured at each report
 -- (payload_bytes, the largest in max_payload_bytes) and at each Continue-As-New (last_can_ and
 -- max_can_payload_bytes), with the splits and postponed Continue-As-New the limit caused.
 CREATE TABLE IF NOT EXISTS {schema}.shard_util (

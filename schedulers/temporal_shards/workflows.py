@@ -1,10 +1,10 @@
-"""The workflows of temporal_shards (seeds/003, "after"): timer shard, batch poller, controller.
+"""The workflows of temporal_shards (the Composio article's "after"): shard, batch poller, controller.
 
 They run in the Temporal workflow sandbox: deterministic, no I/O, time from ``workflow.now()``.
 Everything that touches Postgres or other shards is an activity (``activities.py``), referred to
 here by name so this module never imports psycopg.
 
-A timer travels as a compact list (payloads stay small: seeds/003 caps a shard at 5,000 timers
+A timer travels as a compact list (payloads stay small: the article caps a shard at 5,000 timers
 to keep the Continue-As-New payload well under Temporal's 2 MB):
 ``[id, fire_at, version, armed_at, type, tenant_id, priority]`` (times in epoch seconds). The
 ``version`` is the trigger row's; a higher version of an id replaces a lower one (re-arm moves).
@@ -44,12 +44,10 @@ ARM_SIGNAL = "arm"
 ARMED_QUERY = "armed"
 KEYS_REMEMBERED = 4096  # idempotency keys a shard remembers (carried across Continue-As-New)
 HANDED_FOR_S = 60.0  # the 'armed' query reports a timer handed to a batch poller this long
-PAYLOAD_LIMIT_BYTES = (
-    2 * 1024 * 1024
-)  # Temporal's limit.blobSize.error default (seeds/003: "caps that payload at 2 MB")
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024  # Temporal's limit.blobSize.error default (can-2mb)
 SPLIT_RETRY_S = 1.0  # a shard past the split mark tries to split at most this often (workflow time)
 CLOSED_FULL = "full"  # a batch flushed because it reached its type's batch size
-CLOSED_MAX_LAG = "max_lag"  # a batch flushed because its oldest timer had waited MaxLag (seeds/003)
+CLOSED_MAX_LAG = "max_lag"  # a batch flushed because its oldest timer had waited MaxLag (maxlag-10s)
 
 
 def chunk_bytes(limit_bytes: int) -> int:
@@ -87,10 +85,10 @@ class ShardConfig:
 
     prefix: str  # workflow-id prefix of this scheduler instance
     task_queue: str
-    batch: int  # default batch size per timer type (seeds/003: a full batch is 800)
-    max_lag_s: float  # default MaxLag per timer type (seeds/003: 10 s for polling)
+    batch: int  # default batch size per timer type (batch-800)
+    max_lag_s: float  # default MaxLag per timer type (maxlag-10s: 10 s for polling)
     per_type: dict[str, list[float]] = field(default_factory=dict)  # type -> [batch, max_lag_s]
-    timer_cap: int = 5000  # seeds/003: 5,000 timers per shard for payload headroom
+    timer_cap: int = 5000  # shard-cap-5000: timers per shard, for payload headroom
     history_bound: int = 10_000  # continue as new past this many events (or when suggested)
     util_report_s: float = 10.0  # how often the shard writes its timer count
     forward_horizon_s: float = 86_400.0  # an overloaded shard forwards timers due later than this
@@ -157,10 +155,10 @@ class ForwardInput:
 
 @dataclass
 class ControllerInput:
-    period_s: float  # seeds/003: every 30 s
+    period_s: float  # controller-80-60: every 30 s
     timer_cap: int
-    grow_above: float  # seeds/003: 80 % average utilisation
-    grow_target: float  # seeds/003: target 60 %
+    grow_above: float  # controller-80-60: 80 % average utilisation
+    grow_target: float  # controller-80-60: target 60 %
     ticks: int = 0
     # After a grow, wait this long before growing again: overloaded shards forward timers to the
     # new shards, and until both sides have reported since, the sum of reports counts a moving
@@ -421,14 +419,14 @@ class ShardWorkflow:
 
     def _pollers(self, type_: str, timers: list[list], closed_by: str) -> list:
         """One batch poller for ``timers``, or several when their input would pass a quarter of
-        the payload limit (seeds/003: Temporal caps a payload at 2 MB; 800 timers of ~100 bytes
+        the payload limit (can-2mb: Temporal caps a payload at 2 MB; 800 timers of ~100 bytes
         are far below it, a large per-type batch or long ids are not): the server would reject
         the child's start and fail the shard."""
         pieces = chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes))
         return [self._start_poller(type_, piece, closed_by) for piece in pieces]
 
     async def _start_poller(self, type_: str, timers: list[list], closed_by: str) -> None:
-        # The hand-off is a Temporal checkpoint (seeds/003): once the child has started, the
+        # The hand-off is a Temporal checkpoint (handoff-checkpoint): once the child has started, the
         # batch is the poller's; it outlives this run (ABANDON) and a Continue-As-New.
         self.flushes += 1
         info = workflow.info()
@@ -442,7 +440,7 @@ class ShardWorkflow:
 
     def _next_wake(self) -> float | None:
         """Earliest of: a pending batch's oldest + MaxLag, a heap's earliest + MaxLag (sleep until
-        the earliest fire time plus MaxLag, seeds/003), and the time a batch would be full."""
+        the earliest fire time plus MaxLag, as the Composio article's shards), and the time a batch would be full."""
         wake: float | None = None
         for type_, heap in self.heaps.items():
             while heap and not self._live(heap[0], type_):
@@ -491,7 +489,7 @@ class ShardWorkflow:
 
     async def _forward(self, now: float) -> None:
         """Overloaded: hand long-horizon timers to their place on the (grown) ring; they would
-        not re-arm, and so move lazily, for weeks (seeds/003). (A payload near Temporal's limit
+        not re-arm, and so move lazily, for weeks (lazy-rebalance). (A payload near Temporal's limit
         is the split's business, :meth:`_split`, whatever the horizon.)"""
         excess = len(self.entries) - self.cfg.timer_cap
         horizon = now + self.cfg.forward_horizon_s
@@ -529,7 +527,7 @@ class BatchPollerWorkflow:
 
 @workflow.defn(name=CONTROLLER_WORKFLOW)
 class ControllerWorkflow:
-    """Reads the utilisation table every period and grows the shard count (seeds/003). It never
+    """Reads the utilisation table every period and grows the shard count (controller-80-60). It never
     talks to shards: either can restart independently."""
 
     @workflow.run

@@ -4,6 +4,7 @@ the design's own ``relations()``), their statistics, and a run directory made fr
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import psycopg
@@ -35,6 +36,28 @@ def stat_counters(conn: psycopg.Connection, relids: list[int], columns: tuple[st
         f"SELECT relid, {', '.join(columns)} FROM pg_stat_all_tables WHERE relid = ANY(%s::oid[])", (relids,)
     ).fetchall()
     return {int(r[0]): {c: int(v or 0) for c, v in zip(columns, r[1:])} for r in rows}
+
+
+async def settled_counters(
+    conn: psycopg.Connection,
+    relids: list[int],
+    columns: tuple[str, ...],
+    until=lambda counters: True,
+    quiet_s: float = 0.5,
+    timeout_s: float = 15.0,
+) -> dict[int, dict[str, int]]:
+    """The counters once ``until(counters)`` holds and two reads ``quiet_s`` apart agree: every
+    backend that wrote them has flushed (on a loaded machine an idle backend's flush can take
+    seconds), or the last read when ``timeout_s`` passes first."""
+    deadline = time.time() + timeout_s
+    last = stat_counters(conn, relids, columns)
+    while time.time() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = stat_counters(conn, relids, columns)
+        if now == last and until(now):
+            return now
+        last = now
+    return last
 
 
 def write_run_dir(run_dir: Path, measure_start: float, measure_end: float, fired_at: list[float]) -> None:

@@ -38,7 +38,7 @@ async def test_pgstattuple_counts_a_deliberately_bloated_tables_dead_tuples(pg_d
             row_bytes = conn.execute(sql.SQL("SELECT pg_column_size(t.*) FROM {} t LIMIT 1").format(table)).fetchone()[
                 0
             ]
-            # an old snapshot held open (the seeds' doom-loop ingredient): page pruning cannot
+            # an old snapshot held open (the Composio article's doom-loop ingredient): page pruning cannot
             # remove the deleted versions, so every one is still a dead tuple taking space
             holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             holder.execute(sql.SQL("SELECT count(*) FROM {}").format(table))

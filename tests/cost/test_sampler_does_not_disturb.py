@@ -15,29 +15,45 @@ from metrics.extensions import extensions
 from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
 from schedulers.base import REGISTRY, Timer, create, scheduler_class
-from tests.cost.conftest import schema_relations, settle, stat_counters
+from tests.conformance.helpers import SLACK_S, wait_until
+from tests.cost.conftest import schema_relations, settle, settled_counters, stat_counters
 
 SCANS = ("seq_scan", "idx_scan")
+SAMPLES = 10  # samples taken between the window's edges
 PG_DESIGNS = sorted(n for n in REGISTRY if getattr(scheduler_class(n), "needs_postgres", False))
 
 
 async def scans_while_sampling(scheduler, ctx, tmp_path) -> dict[str, dict[str, int]]:
-    """Arm 300 timers far ahead (no run loop), then sample for two seconds and at both window
-    edges; the scans of the schema's tables meanwhile, by table."""
+    """Arm 300 timers far ahead (no run loop), then take ten samples (every 0.2 s) and one at
+    each window edge; the scans of the schema's tables meanwhile, by table."""
     usable = {n: e.schema for n, e in (await asyncio.to_thread(extensions, ctx.dsn)).items() if e.usable}
     sampler = Sampler(
         scheduler, FireRecorder(tmp_path / "segments", 0, 0), ctx.dsn, tmp_path, extensions=usable, every_s=0.2
     )
     await scheduler.arm([Timer(f"d-{i}", time.time() + 3600, "poll", f"t{i % 4}") for i in range(300)])
-    await settle()
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         rels = schema_relations(conn, ctx.schema)
-        before = stat_counters(conn, list(rels), SCANS)
+        # the setup's and the arm's scans are counted before, not in the window: wait until the
+        # arm's inserts show and the counters stop moving
+        counted = await settled_counters(
+            conn, list(rels), (*SCANS, "n_tup_ins"), until=lambda c: sum(x["n_tup_ins"] for x in c.values()) >= 300
+        )
+        before = {oid: {k: c[k] for k in SCANS} for oid, c in counted.items()}
     stop = asyncio.Event()
     await sampler.open()
     await sampler.window_start()
+    taken = 0
+    sample = sampler.sample
+
+    async def counted(edge: bool = False) -> None:  # the sampler's own sample, counted
+        nonlocal taken
+        await sample(edge)
+        taken += 1
+
+    sampler.sample = counted
     loop = asyncio.create_task(sampler.loop(stop))
-    await asyncio.sleep(2.0)
+    # ten samples at the 0.2 s period; a slow machine takes longer, never fewer samples
+    assert await wait_until(lambda: taken >= SAMPLES, SAMPLES * 0.2 + SLACK_S), f"{taken} of {SAMPLES} samples"
     stop.set()
     await loop
     await sampler.window_end()

@@ -18,6 +18,8 @@ from metrics.rundir import server_scope
 from metrics.sampler import Sampler
 from metrics.stores import ServerWatch, parse_temporal_metrics
 from schedulers.base import Timer, create, scheduler_class
+from schedulers.temporal_shards.workflows import POLLER_WORKFLOW
+from tests.conformance.helpers import bound_s
 from tests.conformance.promises import RecordingProcessor, Runner, wait_until
 
 
@@ -33,6 +35,21 @@ def metrics_url() -> str:
     url = stack.temporal().metrics_url()
     assert url, "the embedded Temporal dev server runs without a metrics port"
     return url
+
+
+async def pollers_running(s) -> int:
+    """Batch-poller workflows of this scheduler still running, as Temporal's visibility lists them."""
+    query = f"TaskQueue = '{s.task_queue}' AND WorkflowType = '{POLLER_WORKFLOW}' AND ExecutionStatus = 'Running'"
+    return len([wf async for wf in s.client.list_workflows(query)])
+
+
+async def until_pollers_done(s, timeout_s: float) -> bool:
+    deadline = time.time() + timeout_s
+    while await pollers_running(s):
+        if time.time() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
 
 
 def persistence_total(text: str) -> float:
@@ -76,8 +93,13 @@ async def test_temporal_persistence_requests_rise_with_the_fire_count(make_ctx, 
             first = len(proc.received)
             now = time.time()
             await s.arm([Timer(f"p{n}-{i}", now + 0.3 + 0.01 * i) for i in range(n)])
-            assert await wait_until(lambda: len(proc.received) >= first + n, 60), f"{len(proc.received) - first} of {n}"
-            await asyncio.sleep(1.0)  # the batches' workflows complete
+            assert await wait_until(lambda first=first, n=n: len(proc.received) >= first + n, 60), (
+                f"{len(proc.received) - first} of {n}"
+            )
+            # the batches' workflows complete: every effect committed, then no poller left running
+            armed = sum((10, 20, 200)[: len(requests) + 1])
+            assert await wait_until(lambda armed=armed: len(proc.delivered) >= armed, bound_s(s)), len(proc.delivered)
+            assert await until_pollers_done(s, bound_s(s)), f"{await pollers_running(s)} batch pollers still running"
             await sampler.sample(edge=True)  # an edge sample scrapes
             requests.append(sampler.latest[(scope, "persistence_requests")])
             assert sampler.latest[(scope, "persistence_writes")] > 0

@@ -21,7 +21,7 @@ from tests.cost.conftest import schema_relations, settle, stat_counters, write_r
 
 COUNTERS = ("n_tup_ins", "n_tup_upd", "n_tup_del")
 FIRES = 120
-STATE_BYTES = 4096  # incompressible: TOASTed (seeds/003)
+STATE_BYTES = 4096  # incompressible: TOASTed (the Composio article)
 
 
 class Rearming:
@@ -46,7 +46,7 @@ class Rearming:
 
 
 async def test_writes_per_fire_equal_the_tests_own_pg_stat_deltas(pg_dsn, schema, tmp_path):
-    # pg_queue: four heap writes and TOAST chunk writes per fire (seeds/003), the design whose
+    # pg_queue: four heap writes and TOAST chunk writes per fire (the Composio article), the design whose
     # TOAST writes the old figure left out
     cls = scheduler_class("pg_queue")
     scheduler = create(
@@ -97,7 +97,7 @@ async def test_writes_per_fire_equal_the_tests_own_pg_stat_deltas(pg_dsn, schema
     pf = s["per_fire"]
     for key, value in want.items():
         assert pf[key] == pytest.approx(value, abs=1e-9), (key, pf[key], value)
-    # the seed's four heap writes (claim update, poll update, delete, insert) and one effect
+    # the article's four heap writes (claim update, poll update, delete, insert) and one effect
     # per other fire, and the TOAST chunks of each new state: inserted and deleted
     assert pf["updates"] == pytest.approx(2.0) and pf["deletes"] == pytest.approx(1.0)
     assert pf["inserts"] == pytest.approx((FIRES + proc.effects) / FIRES)

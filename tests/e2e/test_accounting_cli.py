@@ -3,7 +3,7 @@ subprocess; every figure recomputed from ``fires.parquet`` by :mod:`tests.e2e.re
 
 * A scheduler that delays every fire by 3 s: every fire due in the window is late with a lag of
   at least 3 s, none lost; under the fixed cadence the offered rate stays at the target while it
-  lags, under after-poll the lag lowers the offered rate (the closed loop the issue described).
+  lags, under after-poll the lag lowers the offered rate (the closed loop the articles' systems ran).
 * A scheduler that silently drops 1% of its timers: those fires are lost (the backend does not
   hold them), the run fails with exit code 4, nothing else is called lost, and the drain stops
   as soon as it sees that the backend holds none of the missing fires.

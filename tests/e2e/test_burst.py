@@ -1,4 +1,4 @@
-"""The single-tenant burst of issue 14, replayed with ``--trace`` on both Postgres backends: 30,000
+"""A single-tenant burst, replayed with ``--trace`` on both Postgres backends: 30,000
 timers of one tenant all due at the same second. A backend that cannot fire them within the
 window and a short drain has a backlog; it must show as late and pending fires, never as lost
 (an earlier accounting called 14,946 of pg_leased's late fires "missed").

@@ -101,13 +101,10 @@ def test_pg_leased_loses_nothing_when_its_worker_is_killed_and_postgres_restarts
 
 
 def test_temporal_shards_loses_nothing_through_kill_and_both_restarts(bench, tmp_path, private_stack):
-    # Faults 8 s apart: a killed batch comes back after the 3 s heartbeat timeout plus a retry,
-    # and its recovery must finish before the next fault's window opens (3 s apart was flaky on
-    # a loaded 2-core machine: recovery measured 9.2 s there). After the last fault the run goes
-    # on for 20 s: with 6 s (--duration 26s) the backlog of the Temporal restart was still being
-    # worked off when the window closed on a busy machine (last late fire 6.6 s after the server
-    # was ready, so no recovery was seen; another time 71 fires were not in by the end of the
-    # grace period).
+    # Faults 8 s apart, so a killed batch (back after the 3 s heartbeat timeout plus a retry)
+    # recovers before the next fault's window opens; 20 s after the last fault, so the Temporal
+    # restart's backlog is worked off before the window closes (both were flaky when shorter on
+    # a loaded 2-core machine).
     run_dir, s = run_with_faults(
         bench,
         tmp_path,

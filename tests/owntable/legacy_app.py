@@ -1,4 +1,4 @@
-"""A "legacy" application beside its own timer table: the seeds/003 poll cycle (claim update, poll
+"""A "legacy" application beside its own timer table: the Composio article's poll cycle (claim update, poll
 update, delete, re-insert) on a table with its own column names and seven indexes, in a thread.
 
 It counts every row it writes (from each statement's row count), so a test can check that the
@@ -28,7 +28,7 @@ from schedulers.sqlfile import Queries
 SQL_PATH = Path(__file__).with_name("legacy_app.sql")
 TABLE = "poll_jobs"
 TICK_S = 0.1  # the tick when nothing more is due
-BLOB_BYTES = 4096  # incompressible: stored out of line (seeds/003's encrypted poll state)
+BLOB_BYTES = 4096  # incompressible: stored out of line (the Composio article's encrypted poll state)
 SEED_CHUNK = 5000  # rows per seeding statement
 
 

@@ -1,6 +1,6 @@
 -- A "legacy" timer table as a team might have built it (tests/owntable/legacy_app.py): its own
 -- column names, a surrogate key that changes on every re-insert, an index for every question
--- someone once asked, wide encrypted state in TOAST, and the seeds/003 poll cycle: claim (update),
+-- someone once asked, wide encrypted state in TOAST, and the Composio article's poll cycle: claim (update),
 -- poll (update), delete, re-insert for the next run.
 
 -- name: create_table

@@ -35,6 +35,7 @@ from psycopg.conninfo import make_conninfo
 from loadgen.population import from_trace
 from loadgen.workload import load as load_workload
 from metrics.extensions import MEASUREMENT_EXTENSIONS
+from tests.conformance.helpers import SLACK_S
 from tests.owntable.legacy_app import TABLE, LegacyApp
 
 BENCH = str(Path(sys.executable).parent / "bench")
@@ -71,7 +72,9 @@ def wait_for_counters(
         if all(g >= a for g, a in zip(got, at_least)):
             break
         time.sleep(0.2)
-    time.sleep(1.5)  # anything written after the app would have arrived by now too
+    # Nothing else may have written: absence shows only over time, a statistics flush and a half
+    # after the writes we know of (backends flush about once a second and at exit).
+    time.sleep(1.5)
     return table_counters(conn, schema)
 
 
@@ -163,7 +166,12 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
         before = wait_for_counters(admin, schema, (legacy.triggers, 0, 0))  # the seeding's inserts
         legacy.start()
         watcher.start()
-        time.sleep(3)  # the first fires and re-inserts happen
+        # the app is churning: it has fired and re-inserted rows (the first are due within its
+        # shortest interval)
+        deadline = time.time() + min(legacy.every_s) + SLACK_S
+        while not (legacy.counts.deletes and legacy.counts.updates) and time.time() < deadline:
+            time.sleep(0.05)
+        assert legacy.counts.deletes, "the legacy app fired nothing"
 
         ins = bench(
             "inspect",
@@ -269,8 +277,8 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
     slowest_ms = max(t for _, _, t, _ in statements)
     print(
         f"statements by {role}: {len(statements)} ({sorted(kinds)}), slowest {slowest_ms:.1f} ms; lock samples "
-        f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} s; "
-        f"loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s"
+        f"{watcher.samples_with_locks}, modes {sorted(watcher.modes)}, oldest transaction {watcher.max_xact_age_s:.3f} "
+        f"s; loop {loop_rate:.1f} fires/s, replay {population.rate_per_s():.1f} fires/s"
     )
     assert slowest_ms < STATEMENT_TIMEOUT_MS, slowest_ms
     assert watcher.modes <= {("relation", "AccessShareLock")}, watcher.modes

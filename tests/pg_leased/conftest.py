@@ -2,7 +2,7 @@
 
 Pruning (which makes room for HOT versions) removes only row versions older than the oldest
 snapshot of any backend *in the same database*. Other suites share the ``timerbench`` database
-and some hold old snapshots on purpose (seeds/003's doom loop), so a HOT ratio measured there
+and some hold old snapshots on purpose (the Composio article's doom loop), so a HOT ratio measured there
 says more about them than about this design. A separate database isolates the horizon.
 """
 

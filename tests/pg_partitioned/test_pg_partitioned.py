@@ -1,5 +1,5 @@
 """pg_partitioned beyond the shared conformance suite: its layout, its round-robin claims, and the
-two halves of seeds/003's sentence ("Smaller tables would scan faster, but splitting them within
+two halves of the Composio article's sentence ("Smaller tables would scan faster, but splitting them within
 one database would still leave them sharing a vacuum horizon"), measured from Postgres' own
 statistics views and EXPLAIN (ANALYZE, BUFFERS) of the real claim. Real Postgres throughout."""
 
@@ -20,7 +20,7 @@ from metrics.sampler import SQL as SAMPLER_SQL
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
 from schedulers.pg_partitioned import PgPartitionedScheduler, partition_name
-from tests.conformance.helpers import Runner, wait_until
+from tests.conformance.helpers import Runner, bound_s, wait_until
 from tests.pg_partitioned.conftest import claim_buffers, partition_stats, settled_partition_stats, vacuum
 from tests.pg_queue.conftest import PollingProcessor
 
@@ -168,12 +168,18 @@ async def test_one_idle_snapshot_keeps_dead_tuples_in_every_partition_until_rele
         with psycopg.connect(dsn, autocommit=True) as conn:
             where = partition_of(conn, schema)
             # An idle session with an open transaction that read nothing of ours: its snapshot
-            # alone pins the horizon of the whole database (seeds/003).
+            # alone pins the horizon of the whole database (the Composio article).
             await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             await holder.execute("SELECT 1")
             proc = PollingProcessor(intervals, STATE_BYTES)
             runner.start(proc, "w1")
-            await asyncio.sleep(2.5)
+            # every partition has dead versions in the statistics (its first fires committed)
+            grew = await wait_until(
+                lambda: all(st["n_dead_tup"] > 0 for st in partition_stats(conn, schema, schedules).values()),
+                bound_s(s),
+                poll_s=0.2,
+            )
+            assert grew, f"dead tuples per partition: {partition_stats(conn, schema, schedules)}"
             early = partition_stats(conn, schema, schedules)
             ok = await wait_until(lambda: len(proc.fired) == n and min(proc.fired.values()) >= cycles, 60.0)
             await runner.stop_all()
@@ -249,6 +255,18 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
     runners = [Runner(leased), Runner(parted)]
     figures: dict[str, tuple[tuple[int, int], list[tuple[int, int]]]] = {}
 
+    def due_again(conn: psycopg.Connection, schedulers) -> float:
+        """When the last scheduled trigger of these schedulers falls due (epoch s)."""
+        latest = [
+            conn.execute(
+                sql.SQL("SELECT extract(epoch FROM max(due_key)) FROM {} WHERE state = 'scheduled'").format(
+                    sql.Identifier(s.ctx.schema, "schedule")
+                )
+            ).fetchone()[0]
+            for s in schedulers
+        ]
+        return max(float(t) for t in latest if t is not None) if any(t is not None for t in latest) else 0.0
+
     def probe(conn: psycopg.Connection, label: str) -> None:
         for s in both:  # ANALYZE so that each planner sees what it scans
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(s.ctx.schema, "schedule")))
@@ -269,7 +287,7 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
                 await s.arm(timers)
             probe(conn, "backlog, no dead tuples")
 
-            # 2. The same, after firing four cycles under one idle snapshot (seeds/003): the dead
+            # 2. The same, after firing four cycles under one idle snapshot (the Composio article): the dead
             # index entries of every fire stay in the due range the claim walks.
             await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             await holder.execute("SELECT 1")
@@ -280,7 +298,7 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
             for r in runners:
                 await r.stop_all()
             assert ok, "not every trigger fired four times on both schedulers"
-            await asyncio.sleep(2.1)  # every re-armed trigger due again (intervals <= 2 s)
+            await asyncio.sleep(max(0.0, due_again(conn, both) - time.time()))  # every re-armed trigger due
             probe(conn, "backlog, 4 cycles of dead tuples held")
             fired = [p.committed_fires for p in procs]
 
@@ -317,7 +335,8 @@ async def test_a_claim_touches_fewer_buffers_than_pg_leaseds_on_the_same_populat
         print(
             f"  {label:38} pg_leased {buf:6} for {rows:3} rows ({buf / max(rows, 1):5.1f}/row) | a partition: "
             f"median {statistics.median(bufs):6.0f}, max {max(bufs):6} for {statistics.median(got):3.0f} rows "
-            f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim {buf / statistics.median(bufs):.1f}x fewer"
+            f"({sum(bufs) / max(sum(got), 1):5.1f}/row over all {parts}) | per claim "
+            f"{buf / statistics.median(bufs):.1f}x fewer"
         )
     # Asserted per claim where the due range dominates it (a backlog, with or without dead
     # entries): a partition holds 1/N of it, and a full batch comes out of either. The steady

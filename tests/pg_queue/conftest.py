@@ -21,7 +21,7 @@ STAT_COLUMNS = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_live_
 
 @dataclass
 class PollingProcessor:
-    """Polls instantly and re-arms each trigger at its own interval, like the seed's polling
+    """Polls instantly and re-arms each trigger at its own interval, like the article's polling
     triggers (interval compressed from 60-120 s to ``intervals_s``). A share of polls find events
     (an effect) and change the poll state (fresh encrypted bytes)."""
 
@@ -98,7 +98,7 @@ def due_scan_buffers(conn: psycopg.Connection, scheduler: PgQueueScheduler) -> i
     locks) of the real ``claim_due`` statement, not the claim's own writes. Run under EXPLAIN
     ANALYZE in a transaction that is rolled back, so it claims nothing.
 
-    The scan is pinned to ``triggers_next_fire_at_idx``, the plan of the seed's table at ~99k
+    The scan is pinned to ``triggers_next_fire_at_idx``, the plan of the article's table at ~99k
     live rows ("walking an index full of dead entries"); at a test's few hundred rows the planner
     may pick a sequential scan instead, which walks the same dead versions in the heap."""
     explain = sql.Composed([sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "), scheduler.q["claim_due"]])

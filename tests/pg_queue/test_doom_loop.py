@@ -1,4 +1,4 @@
-"""pg_queue reproduces the seeds/003 "before" system: its write pattern and the first ingredient
+"""pg_queue reproduces the Composio article's "before" system: its write pattern and the first ingredient
 of its MVCC doom loop, measured from Postgres' own statistics views."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from schedulers.base import Timer
 from tests.conformance.helpers import wait_until as _wait_for
 from tests.pg_queue.conftest import PollingProcessor, due_scan_buffers, make_scheduler, settled_stats, table_stats
 
-STATE_BYTES = 4096  # seeds/003: encrypted poll state, TOASTed
+STATE_BYTES = 4096  # the Composio article: encrypted poll state, TOASTed
 
 
 def _population(n: int, first_within_s: float, interval_s: tuple[float, float], seed: int = 3):
@@ -63,12 +63,13 @@ async def test_each_fire_writes_one_insert_two_updates_one_delete_and_few_are_ho
         f"del {toast_delta['n_tup_del'] / fires:.2f}; n_dead_tup {after['n_dead_tup']} "
         f"(toast {toast_after['n_dead_tup']}) vs n_live_tup {after['n_live_tup']}"
     )
-    # seeds/003: "Each poll made four writes to its row, one insert, two updates, and one delete."
+    # the Composio article: "Each poll made four writes to its row, one insert, two updates, and one delete."
     for column, expected in (("n_tup_ins", 1.0), ("n_tup_upd", 2.0), ("n_tup_del", 1.0)):
         assert abs(per_fire[column] - expected) <= 0.1 * expected, (
-            f"{column} per fire {per_fire[column]:.3f}, expected {expected} within 10% ({delta[column]} over {fires} fires)"
+            f"{column} per fire {per_fire[column]:.3f}, expected {expected} within 10% ({delta[column]} over {fires} "
+            "fires)"
         )
-    # seeds/003: "Only 18% of our updates qualified" as HOT.
+    # the Composio article: "Only 18% of our updates qualified" as HOT.
     assert hot_ratio < 0.35, f"HOT ratio {hot_ratio:.1%} is not well under 50%"
     # The poll state really is out of line: every re-insert writes TOAST chunks.
     assert toast_delta["n_tup_ins"] >= fires, f"only {toast_delta['n_tup_ins']} TOAST inserts for {fires} fires"
@@ -82,7 +83,7 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
     triggers = sql.Identifier(schema, "triggers")
 
     # An idle session with an open transaction that once read something: its snapshot pins the
-    # vacuum horizon, though it has nothing to do with polling (seeds/003).
+    # vacuum horizon, though it has nothing to do with polling (the Composio article).
     holder = await psycopg.AsyncConnection.connect(pg_dsn)
     try:
         await holder.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
@@ -95,8 +96,9 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
             await asyncio.sleep(0.6)
             scan_before = due_scan_buffers(conn, s)
             task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
-            await asyncio.sleep(2.0)
-            dead_mid = table_stats(conn, schema, "triggers")["n_dead_tup"]
+            first_cycle = await _wait_for(lambda: len(proc.fired) == n, 20.0)
+            assert first_cycle, f"{len(proc.fired)} of {n} triggers fired once"
+            dead_mid = table_stats(conn, schema, "triggers")["n_dead_tup"]  # after the first cycle
             ok = await _wait_for(lambda: len(proc.fired) == n and min(proc.fired.values()) >= 3, 20.0)
             stop.set()
             await asyncio.wait_for(task, 30)
@@ -109,7 +111,7 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
 
             conn.execute(sql.SQL("VACUUM {}").format(triggers))
             dead_while_held = table_stats(conn, schema, "triggers")["n_dead_tup"]
-            # The due-work query reads exactly where the dead versions pile up (seeds/003).
+            # The due-work query reads exactly where the dead versions pile up (the Composio article).
             await asyncio.sleep(max(0.0, all_due_at - time.time()))
             scan_held = due_scan_buffers(conn, s)
 
@@ -128,7 +130,7 @@ async def test_old_snapshot_keeps_dead_tuples_out_of_vacuums_reach(pg_dsn, schem
 
     print(
         f"\npg_queue with an idle old snapshot: {fires} fires of {n} triggers; n_dead_tup "
-        f"{dead_mid} after 2s, {dead_before_vacuum} at stop, {dead_while_held} after VACUUM while "
+        f"{dead_mid} after the first cycle, {dead_before_vacuum} at stop, {dead_while_held} after VACUUM while "
         f"held, {dead_released} after VACUUM once released; the due-work query touched "
         f"{scan_before} buffers before the run, {scan_held} while held, {scan_released} once vacuumed"
     )

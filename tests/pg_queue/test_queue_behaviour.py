@@ -1,4 +1,4 @@
-"""pg_queue's own choices where the seed is silent: the table shape and the stale-claim timeout
+"""pg_queue's own choices where the article is silent: the table shape and the stale-claim timeout
 (no heartbeat). A move during a claim is a promise of every backend: the conformance suite's
 ``move_during_an_inflight_batch_wins_over_its_rearm``."""
 
@@ -50,7 +50,7 @@ async def test_table_is_wide_with_six_indexes_and_toasted_state(pg_dsn, schema, 
                     (schema,),
                 )
             ]
-            assert len(indexes) == 6, f"seeds/003 has six indexes on the queue table, found {sorted(indexes)}"
+            assert len(indexes) == 6, f"the Composio article's queue table had six indexes, found {sorted(indexes)}"
             assert "triggers_next_fire_at_idx" in indexes
             assert {f"{schema}.{i}" for i in indexes} <= set(s.indexes())
             (toast_bytes,) = conn.execute(

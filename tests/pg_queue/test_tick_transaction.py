@@ -1,4 +1,4 @@
-"""pg_queue's tick transaction (``hold_tick_tx``): seeds/003's tick held its transaction open
+"""pg_queue's tick transaction (``hold_tick_tx``): the Composio article's tick held its transaction open
 through the hand-off to the processor ("Slower ticks held transactions and snapshots open longer,
 delaying cleanup further"), the feedback that made the doom loop a loop. Shown from Postgres' own
 views: the tick's session in ``pg_stat_activity`` during a slow poll, and what VACUUM can remove
@@ -43,7 +43,7 @@ def churn_and_vacuum(conn: psycopg.Connection, schema: str) -> int:
 
 @pytest.mark.parametrize("in_tick_tx", [True, False], ids=["hold_tick_tx", "short_claim_tx"])
 async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_dsn, schema, pg_queue_ctx, in_tick_tx):
-    assert PgQueueScheduler.default_options["hold_tick_tx"] is True, "the default is the seed's tick"
+    assert PgQueueScheduler.default_options["hold_tick_tx"] is True, "the default is the article's tick"
     s = await make_scheduler(pg_queue_ctx(256), tick_s=0.1, hold_tick_tx=in_tick_tx)
     scratch = sql.Identifier(schema, "scratch")
     hold = asyncio.Event()

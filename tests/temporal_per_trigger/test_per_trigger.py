@@ -21,6 +21,7 @@ from pathlib import Path
 
 from schedulers.base import Fire, Outcome, StoreContext, Timer, us
 from schedulers.temporal_per_trigger import TemporalPerTriggerScheduler
+from tests.conformance.helpers import bound_s
 from tests.conformance.promises import Runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,6 +69,17 @@ async def runs_by_status(s: TemporalPerTriggerScheduler, trigger_id: str) -> dic
     return out
 
 
+async def until_completed(s: TemporalPerTriggerScheduler, ids: Sequence[str]) -> dict[str, dict[str, list[int]]]:
+    """Temporal's record of each trigger's workflow runs, read until every one has a completed run
+    (its timer finished: no fire can follow it), or for the design's lag bound plus slack."""
+    deadline = time.time() + bound_s(s)
+    while True:
+        runs = {tid: await runs_by_status(s, tid) for tid in ids}
+        if all(r.get("COMPLETED") for r in runs.values()) or time.time() > deadline:
+            return runs
+        await asyncio.sleep(0.2)
+
+
 async def check_continues_as_new_and_keeps_firing(s: TemporalPerTriggerScheduler, min_continued: int) -> None:
     """Three triggers re-arm every 0.3 s for ten fires; each (id, due) must fire and take
     effect exactly once across the Continue-As-New boundaries, and the gauges must count what
@@ -81,25 +93,15 @@ async def check_continues_as_new_and_keeps_firing(s: TemporalPerTriggerScheduler
         await s.arm([Timer(tid, t0 + 0.2 + 0.1 * i) for i, tid in enumerate(ids)])
         ok = await wait_until(lambda: all(len(proc.of(tid)) >= 10 for tid in ids), 120)
         assert ok, f"fires per trigger: {[len(proc.of(tid)) for tid in ids]} of 10"
-        await asyncio.sleep(1.0)  # room for a repeated fire to show up
+        # Temporal's record: every trigger's workflow continued as new, runs stayed near the
+        # bound, and the last run completed when the timer finished (so no fire can follow).
+        runs = await until_completed(s, ids)
         for tid in ids:
             dues = [due for _, due, _, _ in proc.of(tid)]
             assert len(dues) == 10 and len(set(dues)) == 10, f"{tid} fired {len(dues)} times for {len(set(dues))} dues"
         assert len(proc.delivered) == 30 and all(c == 1 for c in proc.delivered.values()), (
             f"effects: {len(proc.delivered)} keys, counts {sorted(set(proc.delivered.values()))}"
         )
-        # Temporal's record: every trigger's workflow continued as new, runs stayed near the
-        # bound, and the last run completed when the timer finished.
-        runs: dict[str, dict[str, list[int]]] = {}
-
-        async def recorded() -> bool:
-            for tid in ids:
-                runs[tid] = await runs_by_status(s, tid)
-            return all(r.get("COMPLETED") for r in runs.values())
-
-        deadline = time.time() + 20
-        while not await recorded() and time.time() < deadline:
-            await asyncio.sleep(0.5)
         continued = sum(len(r.get("CONTINUED_AS_NEW", [])) for r in runs.values())
         for tid, r in runs.items():
             assert len(r.get("CONTINUED_AS_NEW", [])) >= min_continued, f"{tid}: runs {r}"
@@ -248,7 +250,8 @@ async def test_move_while_a_poll_is_in_flight_wins(make_ctx):
         await s.arm([Timer("mover", moved_to)])
         proc.gate.set()
         assert await wait_until(lambda: len(proc.of("mover")) >= 2, 60), f"the moved fire never came: {proc.fires}"
-        await asyncio.sleep(1.0)
+        runs = await until_completed(s, ["mover"])  # finished after its second fire: nothing follows
+        assert runs["mover"].get("COMPLETED"), f"the mover's workflow did not complete: {runs}"
         dues = [due for _, due, _, _ in proc.of("mover")]
         assert dues == [us(t0), moved_to], f"fired for {[round(d - t0, 3) for d in dues]}; expected [0, moved]"
         assert proc.of("mover")[1][3] >= moved_to - 0.1, "the moved fire came before its new fire time"
@@ -320,7 +323,8 @@ async def test_worker_killed_mid_activity_redelivers(pg_dsn, temporal_address, s
             # The activity's heartbeat timeout is the lease: nothing comes back before it lapsed.
             early_s = fired[tid] + options["lease_s"] - redelivered[3]
             assert early_s < 0.1, f"{tid} came back {early_s:.2f}s before its heartbeat timeout lapsed"
-        await asyncio.sleep(1.0)
+        runs = await until_completed(s, ids)  # every timer finished after its second fire
+        assert all(r.get("COMPLETED") for r in runs.values()), f"workflows not completed: {runs}"
         assert all(len(heir.of(tid)) == 2 for tid in ids), "a timer fired more than twice"
         assert len(heir.delivered) == 10 and all(c == 1 for c in heir.delivered.values()), heir.delivered
         stats = await s.stats()

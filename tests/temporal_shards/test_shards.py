@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from schedulers.base import Fire, Outcome, Timer, us
 from schedulers.temporal_shards import TemporalShardsScheduler
 from schedulers.temporal_shards.ring import Ring
-from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import RecordingProcessor, Runner, bound_s, wait_until
 
 FAST = dict(TemporalShardsScheduler.conformance_options)
 
@@ -69,7 +69,7 @@ async def arm_until_continued(
     for i in range(0, len(timers), 10):
         await s.arm(timers[i : i + 10])
     for round_ in range(46):
-        ok = await wait_until(lambda: proc.ids() >= {t.id for t in timers}, 25)
+        ok = await wait_until(lambda timers=timers: proc.ids() >= {t.id for t in timers}, 25)
         assert ok, f"{len({t.id for t in timers} - proc.ids())} timers lost across Continue-As-New"
         if (await s.shard_report())["continue_as_new"] >= continued or round_ == 45:
             return timers
@@ -108,12 +108,13 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
     # half-reported counts is a stable 75 %. More than 6 means a timer was counted twice.
     # Overloaded shards forward their long-horizon timers; re-arming timers keep firing across
     # the change.
+    period_s, report_s = 0.5, 0.3
     s = await started(
         make_ctx,
         shards=2,
         timer_cap=20,
-        controller_period_s=0.5,
-        util_report_s=0.3,
+        controller_period_s=period_s,
+        util_report_s=report_s,
         ring_refresh_s=0.2,
         forward_horizon_s=60.0,
     )
@@ -143,7 +144,7 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
         # tick grows the rest; then a few more ticks (and shard reports) for any overshoot.
         while (await s.shard_report())["shards"] < 4 and time.time() < deadline:
             await asyncio.sleep(0.2)
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(4 * period_s)  # no overshoot shows only as time passing: four more ticks
         stats = await s.shard_report()
         assert 4 <= stats["shards"] <= 6, stats
         # timers keep firing after the change, on their (possibly new) shards
@@ -152,8 +153,16 @@ async def test_controller_grows_the_ring_and_timers_keep_firing(make_ctx):
         )
         assert ok, "re-arming timers stopped firing after the ring grew"
         # long-horizon timers were forwarded to new shards, none lost
-        await asyncio.sleep(1.0)  # a report period or three for the forwarded counts
-        stats = await s.shard_report()
+        reports: list[dict[str, float]] = []
+
+        async def forwarded() -> bool:  # the new shards report the timers forwarded to them
+            reports.append(await s.shard_report())
+            return sum(reports[-1].get(f"shard_{i}_timers", 0) for i in range(2, int(reports[-1]["shards"]))) >= 10
+
+        deadline = time.time() + 10 * report_s + bound_s(s)
+        while not await forwarded() and time.time() < deadline:
+            await asyncio.sleep(report_s / 2)
+        stats = reports[-1]
         on_new = sum(stats.get(f"shard_{i}_timers", 0) for i in range(2, int(stats["shards"])))
         assert on_new >= 10, f"no long-horizon timers were forwarded to the new shards: {stats}"
         armed = {t.id for t in await s.export_armed()}

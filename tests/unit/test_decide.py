@@ -1,12 +1,11 @@
-"""The deciding part of the report (issue 17): the fairness scorecard against hand-computed
+"""The deciding part of the report: the fairness scorecard against hand-computed
 values, the per-day projections against the per-fire figures, the gate's verdicts and exit code,
 and a recommendation that follows the figures behind it."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from bench.cli import main
 from metrics import rundir
 from reports.errors import ReportError
 from reports.fairness import jain_index, scorecard
@@ -231,9 +231,9 @@ def gate(base: list[Run], cand: list[Run], text: str):
 def test_gate_fails_on_a_regression_and_passes_within_the_threshold():
     base = [run("old", 1000.0, 5000.0)]
     v = gate(base, [run("new", 1100.0, 5200.0)], "lag_p99>+15%,wal_per_fire>+10%,lost>0")
-    assert not v.failed, [l.why for l in v.lines]
+    assert not v.failed, [line.why for line in v.lines]
     v = gate(base, [run("new", 1200.0, 5200.0)], "lag_p99>+15%,wal_per_fire>+10%,lost>0")
-    assert v.failed and [l.threshold.text for l in v.lines if l.failed] == ["lag_p99>+15%"]
+    assert v.failed and [line.threshold.text for line in v.lines if line.failed] == ["lag_p99>+15%"]
     v = gate(base, [run("new", 900.0, 4000.0, lost=1)], "lost>0")
     assert v.failed
 
@@ -337,20 +337,33 @@ def write_run(root: Path, name: str, p99_ms: float) -> Path:
     return d
 
 
-def bench_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from bench.cli import main; main()", "report", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Exited:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_bench_report_fail_on_exit_codes(tmp_path):
+def bench_report(capsys: pytest.CaptureFixture, *args: str) -> Exited:
+    """``bench report ARGS`` through the CLI's own entry point and error handler, in this process
+    (a subprocess per call spent its time importing pandas and matplotlib); the end-to-end tests
+    run the command in a subprocess."""
+    capsys.readouterr()
+    try:
+        main(["report", *args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return Exited(code, out.out, out.err)
+
+
+def test_bench_report_fail_on_exit_codes(tmp_path, capsys):
     base = write_run(tmp_path / "base", "20261130-000000-pg_leased", 1000.0)
     good = write_run(tmp_path / "new", "20261130-000100-pg_leased", 1050.0)
     bad = write_run(tmp_path / "bad", "20261130-000200-pg_leased", 2000.0)
     ok = bench_report(
+        capsys,
         str(base),
         str(good),
         "--baseline",
@@ -363,6 +376,7 @@ def test_bench_report_fail_on_exit_codes(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "PASS" in (tmp_path / "gate.md").read_text()
     no = bench_report(
+        capsys,
         str(base),
         str(bad),
         "--baseline",
@@ -380,6 +394,7 @@ def test_bench_report_fail_on_exit_codes(tmp_path):
     page = (tmp_path / "no.html").read_text()
     assert 'id="gate"' in page and 'id="recommendation"' in page and 'id="fairness"' in page
     bad_input = bench_report(
+        capsys,
         str(base),
         str(good),
         "--baseline",

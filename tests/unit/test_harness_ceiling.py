@@ -1,11 +1,11 @@
-"""The harness's own ceiling beside each run (issue 21): finding the calibration run of a
+"""The harness's own ceiling beside each run: finding the calibration run of a
 workload and the check each run gets from it."""
 
 import json
 
 from reports import harness_ceiling
+from reports.checks import run_checks
 from reports.load import load_runs
-from reports.tables import run_checks
 
 SHAPE = {
     "name": "production",

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md hold: the import-linter contracts in pyproject.toml are kept."""
+"""The layers of docs/design.md hold: the import-linter contracts in pyproject.toml are kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The overload profile's series (issue 21): backlog and work per fire over time, against hand
+"""The overload profile's series: backlog and work per fire over time, against hand
 counts on a synthetic run; the figure appears only for a run offered more than it achieved."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from reports.load import Run
-from reports.plots import overloaded, render_figures
+from reports.plots import figure_plan, overload_profile, overloaded
 
 ORIGIN = 1000.0
 
@@ -67,5 +67,7 @@ def test_the_overload_figure_only_for_an_overloaded_run():
     quiet = run(pd.DataFrame(), pd.DataFrame(), offered=100.0, achieved=99.0)
     busy = run(pd.DataFrame(), pd.DataFrame(), offered=100.0, achieved=60.0)
     assert not overloaded(quiet) and overloaded(busy)
-    assert "overload" not in [f.key for f in render_figures([quiet])]
-    assert [f.key for f in render_figures([quiet, busy])][-1] == "overload"
+    assert "overload" not in [key for _, key, *_ in figure_plan([quiet])]
+    *_, (_, key, _, _, render) = figure_plan([quiet, busy])
+    assert key == "overload" and render is overload_profile
+    assert render([quiet, busy])[:8] == b"\x89PNG\r\n\x1a\n"  # it renders, even with nothing recorded

@@ -326,7 +326,7 @@ def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
     by_id = {t[0]: t for t in captured.trace}
     assert by_id["a"][2] == 4.0 and by_id["b"][2] == 10.0
     assert by_id["c"][2] == 30.0  # lower bound: the longer of the window and the time to its due
-    assert by_id["d"][3] == 0.0  # NULL due: due now (seeds/000)
+    assert by_id["d"][3] == 0.0  # NULL due: due now (the timer-wheel article)
     assert by_id["e"][2] == 7.0  # the interval column wins
     assert captured.stats["interval_sources"] == {"column": 1, "rearms": 2, "lower_bound": 2}
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from metrics import rundir
 from reports.load import Run
-from reports.plots import FIGURE_SPECS, render_figures
+from reports.plots import FIGURE_SPECS, figure_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -103,9 +103,10 @@ def test_runs_without_batch_counters_have_no_histogram():
 def test_the_figure_appears_after_the_fixed_ones_only_when_a_run_has_batches():
     plain = run("memory", samples({101.0: {"claimed_timers": 3}}))
     with_batches = run("temporal_shards", samples(COUNTS))
-    assert [f.key for f in render_figures([plain])] == [key for key, *_ in FIGURE_SPECS]
-    figures = render_figures([plain, with_batches])
-    assert [f.key for f in figures] == [key for key, *_ in FIGURE_SPECS] + ["batch_sizes"]
-    last = figures[-1]
-    assert last.number == len(FIGURE_SPECS) + 1 and last.png[:8] == PNG
-    assert base64.b64encode(last.png)  # embeddable like the others
+    assert [key for _, key, *_ in figure_plan([plain])] == [key for key, *_ in FIGURE_SPECS]
+    plan = figure_plan([plain, with_batches])
+    assert [key for _, key, *_ in plan] == [key for key, *_ in FIGURE_SPECS] + ["batch_sizes"]
+    number, *_, render = plan[-1]
+    png = render([plain, with_batches])
+    assert number == len(FIGURE_SPECS) + 1 and png[:8] == PNG
+    assert base64.b64encode(png)  # embeddable like the others

@@ -66,7 +66,7 @@ def test_warnings_and_failed_runs_are_shown_at_the_top():
 
 
 def test_reports_never_import_a_scheduler():
-    """Layering (STYLE.md): a report reads run directories only."""
+    """Layering (docs/design.md): a report reads run directories only."""
     import subprocess
     import sys
 

@@ -52,7 +52,7 @@ def test_baseline_by_directory_name_or_scheduler(tmp_path):
 def test_a_damaged_file_is_one_short_line_said_once(tmp_path):
     """A truncated fires.parquet without summary.json: the recomputed summary fails for the same
     reason as the file; the run's warnings say it once, in one line."""
-    from reports.tables import run_checks, warning_lines
+    from reports.checks import run_checks, warning_lines
 
     d = make_run_dir(tmp_path, "20260101-000001-memory", "memory")
     (d / "summary.json").unlink()

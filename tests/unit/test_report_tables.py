@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.checks import run_checks
 from reports.fmt import human_bytes
 from reports.load import Run
-from reports.tables import build_summary_table, format_ratio, format_value, run_checks
+from reports.tables import build_summary_table, format_ratio, format_value
 
 
 def run(scheduler: str, lost: int = 0, **summary) -> Run:

@@ -14,7 +14,7 @@ from schedulers.temporal_shards.workflows import chunks, timer_bytes
 
 
 def test_production_population_starts_within_the_cap():
-    # seeds/003: ~48,000 triggers, 5,000 timers a shard, the controller targets 60 %
+    # the Composio article: ~48,000 triggers, 5,000 timers a shard, the controller targets 60 %
     n = initial_shards(0, 48_100, 5_000, 0.6)
     assert n == 17
     assert 48_100 / n <= 0.6 * 5_000

@@ -79,8 +79,8 @@ def test_process_tree_counts_the_bytes_its_processes_write(tmp_path):
             "-c",
             (
                 "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
-                "stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True); print(p.stdout.readline().strip(), flush=True); "
-                "sys.stdin.readline(); p.communicate('\\n')"
+                "stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True); print(p.stdout.readline().strip(), "
+                "flush=True); sys.stdin.readline(); p.communicate('\\n')"
             ),
             CHILD,
             str(target),

@@ -1,5 +1,5 @@
 """The processor's stream (outcomes handed back as polls finish) and the run loop's room in fires:
-what lifts the head-of-line blocking of a batch behind its slowest poll (issue 21)."""
+what lifts the head-of-line blocking of a batch behind its slowest poll."""
 
 import asyncio
 import time
@@ -64,7 +64,7 @@ def test_stream_and_process_decide_alike(tmp_path):
         proc.group_min = 3
         fires = fires_for(pop, range(20), [due] * 20)
 
-        async def run():
+        async def run(streamed=streamed, proc=proc, fires=fires):
             if not streamed:
                 return list(await proc.process(fires))
             out: list[Outcome | None] = [None] * len(fires)

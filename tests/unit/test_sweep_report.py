@@ -126,7 +126,9 @@ def test_a_skipped_ceiling_is_said(tmp_path):
 def test_pgbench_script_is_pg_leased_claim_with_pgbench_variables():
     sql = claim_sql()
     assert "%(" not in sql and "{schema}" not in sql and "{{" not in sql
-    assert "FOR UPDATE SKIP LOCKED" in sql and "row_number()" in sql  # seeds/000's two-step claim, unchanged
+    assert (
+        "FOR UPDATE SKIP LOCKED" in sql and "row_number()" in sql
+    )  # the timer-wheel article's two-step claim, unchanged
     for var in (":limit", ":max_per_tenant", ":tenant_scan", ":overselect", ":lease_s"):
         assert var in sql
     assert OWNER_EXPR in sql
@@ -137,7 +139,8 @@ def test_pgbench_script_is_pg_leased_claim_with_pgbench_variables():
 def test_pgbench_output_is_parsed():
     out = (
         "number of transactions actually processed: 582\nnumber of failed transactions: 0 (0.000%)\n"
-        "latency average = 20.6 ms\ninitial connection time = 9.1 ms\ntps = 193.169821 (without initial connection time)\n"
+        "latency average = 20.6 ms\ninitial connection time = 9.1 ms\ntps = 193.169821 (without initial connection "
+        "time)\n"
     )
     assert parse_output(out) == (193.169821, 582, 0)
     assert parse_output("connection refused") == (None, None, None)

@@ -17,7 +17,7 @@ def test_every_preset_loads_and_resolves():
 
 
 def test_production_population_follows_the_rate():
-    # seeds/003: 556 fires/s at 60-120 s intervals -> rate / (ln 2 / 60) triggers
+    # the Composio article: 556 fires/s at 60-120 s intervals -> rate / (ln 2 / 60) triggers
     w = wl.load("production").resolved()
     assert w.rate_per_s == pytest.approx(556.0)
     assert w.triggers == round(556.0 / (math.log(2) / 60.0))

@@ -1,4 +1,4 @@
-"""temporal_shards as seeds/003 describes it, and each departure as an option: batches of 800
+"""temporal_shards as the Composio article describes it, and each departure as an option: batches of 800
 flushed at MaxLag, every commit writing the poll state, the Continue-As-New payload measured and
 kept under Temporal's limit by splitting.
 
@@ -32,12 +32,12 @@ def batch_gauges(stats: dict[str, float]) -> tuple[dict[int, float], dict[str, f
     return bins, closed
 
 
-def test_defaults_are_the_seeds():
+def test_defaults_are_the_articles():
     d = TemporalShardsScheduler.default_options
-    assert d["batch"] == 800  # seeds/003: "full batches of 800"
-    assert d["max_lag_s"] == 10.0  # seeds/003: MaxLag 10 s for polling
-    assert d["skip_unchanged_state"] is False  # seeds/003: skipping was "next on the list"
-    assert d["payload_limit_bytes"] == 2 * 1024 * 1024  # seeds/003: "Temporal caps that payload at 2 MB"
+    assert d["batch"] == 800  # the Composio article: "full batches of 800"
+    assert d["max_lag_s"] == 10.0  # the Composio article: MaxLag 10 s for polling
+    assert d["skip_unchanged_state"] is False  # the Composio article: skipping was "next on the list"
+    assert d["payload_limit_bytes"] == 2 * 1024 * 1024  # the Composio article: "Temporal caps that payload at 2 MB"
     assert d["timer_cap"] == 5000
 
 
@@ -45,7 +45,7 @@ def test_defaults_are_the_seeds():
     "batch, closed_by", [(TemporalShardsScheduler.default_options["batch"], "max_lag"), (5, "full")]
 )
 async def test_batches_close_at_max_lag_at_a_low_rate_and_on_size_when_small(make_ctx, batch, closed_by):
-    # 60 timers due over ~3 s, 20 a second, on one shard with MaxLag 1 s: with the seed's batch
+    # 60 timers due over ~3 s, 20 a second, on one shard with MaxLag 1 s: with the article's batch
     # of 800 no batch can fill, so every one closes at MaxLag; with batch 5 they close full.
     s = await started(make_ctx, shards=1, batch=batch, max_lag_s=1.0, controller=False)
     runner = Runner(s)
@@ -186,7 +186,8 @@ async def test_a_shard_nearing_the_payload_limit_splits_and_keeps_every_timer(ma
         print(
             f"\nsplit: shards {stats['shards']:.0f}, splits {stats['splits']:.0f}, largest payload measured "
             f"{stats['max_payload_bytes']:.0f} B, largest at Continue-As-New {stats['max_can_payload_bytes']:.0f} B "
-            f"(limit {LIMIT_BYTES}), Continue-As-New {stats['continue_as_new']:.0f}, postponed {stats['can_postponed']:.0f}"
+            f"(limit {LIMIT_BYTES}), Continue-As-New {stats['continue_as_new']:.0f}, postponed "
+            f"{stats['can_postponed']:.0f}"
         )
         assert await settled(), f"the shards did not split under the split mark: {stats}"
         assert stats["shards"] >= 2
@@ -215,7 +216,7 @@ async def test_a_timer_too_large_for_a_payload_is_refused_before_any_write(make_
 
 
 async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_pollers(make_ctx):
-    # 200 timers due at once on one shard, batch 800 (seeds/003): one MaxLag flush of ~14 KB. With
+    # 200 timers due at once on one shard, batch 800 (the Composio article): one MaxLag flush of ~14 KB. With
     # a 20 KB limit a poller's input may carry a quarter (5 KB, ~70 timers), so the flush starts
     # several pollers, none over the share; every timer fires once. (split_payload_frac 1: the
     # shard's own payload, ~14 KB, stays under its split mark, so the ring does not grow.)
@@ -254,8 +255,8 @@ async def test_a_batch_whose_input_would_pass_the_payload_share_goes_to_several_
         await finish(s, runner)
 
 
-async def test_a_timer_over_the_seeds_2mb_limit_is_refused_with_the_fix(make_ctx):
-    # the default limit, seeds/003's 2 MB: a timer whose tenant alone is 2 MB cannot travel
+async def test_a_timer_over_the_2mb_limit_is_refused_with_the_fix(make_ctx):
+    # the default limit, the Composio article's 2 MB: a timer whose tenant alone is 2 MB cannot travel
     s = await started(make_ctx)
     try:
         assert s.options["payload_limit_bytes"] == 2 * 1024 * 1024
