@@ -208,6 +208,7 @@ REGISTRY: dict[str, str] = {
     "pg_queue": "schedulers.pg_queue:PgQueueScheduler",
     "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
     "temporal_per_trigger": "schedulers.temporal_per_trigger:TemporalPerTriggerScheduler",
+    "dbos_workflows": "schedulers.dbos_workflows:DbosWorkflowsScheduler",
 }
 
 
