@@ -32,6 +32,14 @@ run: install
 	echo "the embedded Postgres and Temporal are still running for the next command; stop them with: $(BIN)/bench env down"; \
 	exit $$status
 
+# The npm packages of the owntable tests' node applications (pg-boss, graphile-worker), at the
+# lock file's versions, with npm's cache inside the directory (both gitignored); the stamp holds
+# the lock file it installed (tests/owntable/libraries.py checks the same, for a bare pytest).
+NODE_APPS := tests/owntable/node
+$(NODE_APPS)/node_modules/.installed-lock: $(NODE_APPS)/package-lock.json
+	cd $(NODE_APPS) && npm ci --cache .npm-cache --prefer-offline --no-audit --no-fund --loglevel=error
+	cp $(NODE_APPS)/package-lock.json $@
+
 # ruff (config in pyproject.toml): the lint rules, and the tree as `ruff format` writes it.
 lint: install
 	$(BIN)/ruff check .
@@ -42,7 +50,7 @@ lint: install
 # Three pytest-xdist workers, a test file per worker at a time: most tests wait on timers and
 # runs, not on the CPU (the machine's load stays near 1), so three at once take ~9 minutes on
 # 2 cores where one at a time takes ~24.
-test: lint
+test: lint $(NODE_APPS)/node_modules/.installed-lock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadfile tests
 
 # The fast tier: ruff, the unit tests and the layer contracts (tests/unit/test_layers.py), no

@@ -13,7 +13,11 @@ from bench.options import owntable_options
 @click.command("capture")
 @owntable_options
 @click.option(
-    "--map", "mapping", required=True, help="The table's columns: id=COL,tenant=COL,due=COL[,interval=COL][,state=COL]."
+    "--map",
+    "mapping",
+    default=None,
+    help="Where things live: id=EXPR,tenant=EXPR,due=COL[,interval=COL][,state=EXPR]; EXPR is a column, a JSON "
+    "path into one (args.trigger_id) or several joined by + (task_name+args); with --preset, any of them.",
 )
 @click.option(
     "--watch",
@@ -30,14 +34,18 @@ from bench.options import owntable_options
     required=True,
     help="Directory for trace.csv, workload.yaml and capture.json.",
 )
-def capture(dsn, table, statement_timeout, lock_timeout, mapping, watch, out_dir) -> None:
-    """Derive a workload from SCHEMA.TABLE: population, intervals, tenants, state sizes, long
-    horizons; ids and tenants hashed. Replay it with `bench compare --workload OUT/workload.yaml`."""
+def capture(dsn, table, preset, where, statement_timeout, lock_timeout, mapping, watch, out_dir) -> None:
+    """Derive a workload from SCHEMA.TABLE (or a job library's, --preset): population, intervals,
+    tenants, state sizes, long horizons; ids and tenants hashed. Replay it with
+    `bench compare --workload OUT/workload.yaml`."""
     from harness.capture_run import capture_table, parse_map
     from harness.inputs import parse_duration_option
+    from harness.job_libraries import preset as find_preset
     from harness.owntable import guards_from, resolve_dsn
 
-    columns = parse_map(mapping)
+    if preset:
+        find_preset(preset)  # an unknown name fails before anything else
+    columns = parse_map(mapping, required=not preset)
     watch_s = parse_duration_option("--watch", watch)
     guards = guards_from(
         parse_duration_option("--statement-timeout", statement_timeout),
@@ -45,7 +53,15 @@ def capture(dsn, table, statement_timeout, lock_timeout, mapping, watch, out_dir
     )
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     result = capture_table(
-        resolve_dsn(dsn, say), table, columns, watch_s=watch_s, out_dir=out_dir, guards=guards, say=say
+        resolve_dsn(dsn, say),
+        table,
+        columns,
+        watch_s=watch_s,
+        out_dir=out_dir,
+        guards=guards,
+        say=say,
+        where=where,
+        preset_name=preset,
     )
     for line in result.lines:
         click.echo(line)

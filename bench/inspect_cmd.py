@@ -15,7 +15,8 @@ from bench.options import owntable_options
 @click.option(
     "--due-column",
     default=None,
-    help="The column the due-work query orders by (default: guessed from a timestamp column leading a B-tree index).",
+    help="The column the due-work query orders by (default: the preset's, or guessed from a timestamp column "
+    "leading a B-tree index).",
 )
 @click.option(
     "--watch",
@@ -43,13 +44,19 @@ from bench.options import owntable_options
     default=None,
     help="Where inspect.json and inspect.md go (default: runs/inspect-<timestamp>).",
 )
-def inspect(dsn, table, statement_timeout, lock_timeout, due_column, watch, analyze, compare, out_dir) -> None:
-    """Diagnose SCHEMA.TABLE read-only: shape, churn, the vacuum horizon, bloat, the cost of
-    finding due work, and which of the Composio article's failure signatures it shows."""
+def inspect(
+    dsn, table, preset, where, statement_timeout, lock_timeout, due_column, watch, analyze, compare, out_dir
+) -> None:
+    """Diagnose SCHEMA.TABLE (or a job library's, --preset) read-only: shape, churn, the vacuum
+    horizon, bloat, the cost of finding due work, and which failure signatures it shows (the
+    Composio article's, and the job library's own)."""
     from harness.inputs import parse_duration_option
     from harness.inspect_run import inspect_table
+    from harness.job_libraries import preset as find_preset
     from harness.owntable import guards_from, resolve_dsn
 
+    if preset:
+        find_preset(preset)  # an unknown name fails before anything else
     watch_s = parse_duration_option("--watch", watch)
     guards = guards_from(
         parse_duration_option("--statement-timeout", statement_timeout),
@@ -67,6 +74,8 @@ def inspect(dsn, table, statement_timeout, lock_timeout, due_column, watch, anal
         out_dir=out_dir,
         guards=guards,
         say=say,
+        preset_name=preset,
+        where=where,
     )
     for line in result.terminal:
         click.echo(line)

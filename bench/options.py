@@ -23,7 +23,8 @@ def stack_options(f):
 
 
 def owntable_options(f):
-    """``--dsn``, ``--table`` and the read-only safeguards of ``bench inspect`` and ``bench capture``."""
+    """``--dsn``, ``--table``, ``--preset``, ``--where`` and the read-only safeguards of ``bench inspect``
+    and ``bench capture``."""
     f = click.option(
         "--lock-timeout",
         default="1s",
@@ -37,7 +38,21 @@ def owntable_options(f):
         help="statement_timeout of every statement (one statement per transaction, so also the "
         "longest any lock is held).",
     )(f)
-    f = click.option("--table", required=True, help="SCHEMA.TABLE, as SQL would name it (quote mixed case).")(f)
+    f = click.option(
+        "--where",
+        default=None,
+        help="The pending rows: COLUMN=VALUE, COLUMN in (A,B), COLUMN is [not] null, joined by 'and' "
+        "(COLUMN may be a JSON path, args.kind=poll); default: the preset's, or every row.",
+    )(f)
+    f = click.option(
+        "--preset",
+        default=None,
+        help="A job library's table: procrastinate, pgqueuer, dbos, pg-boss, graphile-worker, river, oban, "
+        "solid-queue, good_job (its table, due column, pending rows; --table, --map and --where override).",
+    )(f)
+    f = click.option(
+        "--table", default=None, help="SCHEMA.TABLE, as SQL would name it (quote mixed case); default: the preset's."
+    )(f)
     f = click.option(
         "--dsn",
         envvar="TIMERBENCH_DSN",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import job_libraries
 from harness.errors import UsageError
 from harness.owntable import DUE_CATEGORIES, OpenTable, column, open_table, timeouts_as_errors
 from metrics import owntable
@@ -35,6 +36,14 @@ PAST_EVENT_NAME = re.compile(
     r"inserted|polled)_?|_(created|updated|modified|deleted)$",
     re.IGNORECASE,
 )
+
+
+@dataclass
+class Filters:
+    """The pending rows (``--where`` or the preset's) and a library's finished rows, bound."""
+
+    pending: list
+    finished: list
 
 
 @dataclass
@@ -56,15 +65,32 @@ def inspect_table(
     out_dir: Path,
     guards: owntable.Safeguards,
     say: Callable[[str], None],
+    preset_name: str | None = None,
+    where: str | None = None,
 ) -> Inspection:
     from reports import inspect_report
     from reports.diagnosis import diagnose
 
     runs = _load_compare(compare)  # bad --compare fails before anything is read
-    opened = open_table(dsn, table, guards, application_name=owntable.APPLICATION_NAME)
+    lib = job_libraries.preset(preset_name) if preset_name else None
+    opened = open_table(dsn, table or (lib.table if lib else None), guards, owntable.APPLICATION_NAME, partition_of=say)
     try:
         with timeouts_as_errors(guards, opened.ref.qualified):
-            data = _collect(opened, guards, due_column, watch_s, analyze, say)
+            columns = opened.reader.columns(opened.ref)
+            if lib:
+                job_libraries.check_columns(lib, columns, opened.ref.qualified)
+            table_name = opened.ref.qualified
+            filters = Filters(
+                pending=job_libraries.bind_filter(
+                    where if where is not None else (lib.pending if lib else None), columns, "--where", table_name
+                ),
+                finished=job_libraries.bind_filter(lib.finished, columns, f"--preset {lib.name}", table_name)
+                if lib
+                else [],
+            )
+            data = _collect(
+                opened, guards, due_column or (lib.due if lib else None), watch_s, analyze, say, lib, filters
+            )
     finally:
         opened.close()
     data["diagnosis"] = [f.as_dict() for f in diagnose(data, runs)]
@@ -83,8 +109,12 @@ def _collect(
     watch_s: float,
     analyze: bool,
     say: Callable[[str], None],
+    lib: job_libraries.Preset | None = None,
+    filters: Filters | None = None,
 ) -> dict[str, Any]:
     from harness.stack import redact_dsn
+
+    filters = filters or Filters([], [])
 
     reader, ref = opened.reader, opened.ref
     data: dict[str, Any] = {
@@ -115,9 +145,14 @@ def _collect(
     shape = reader.shape(ref)
     data["shape"] = shape
     data["settings"] = reader.settings()
+    logs = _log_tables(opened, lib)
+    logs_before = {name: reader.counters(r).get(r.relid) for name, r in logs.items()}
     data["watch"], data["churn"], data["horizon"] = _watch(opened, shape, watch_s, say)
+    logs_after = {name: reader.counters(r).get(r.relid) for name, r in logs.items()} if watch_s > 0 else {}
     data["bloat"] = _bloat(opened, shape, extensions.get("pgstattuple"))
-    data["due_scan"] = _due_scan(opened, shape, due_column, analyze, extensions.get("pgstattuple"))
+    data["due_scan"] = _due_scan(opened, shape, due_column, analyze, extensions.get("pgstattuple"), filters.pending)
+    if lib is not None:
+        data["library"] = _library(opened, lib, filters, shape, data["due_scan"], logs, logs_before, logs_after)
     data["skipped"] = [owntable.as_json(s) for s in reader.skipped]
     return data
 
@@ -377,7 +412,7 @@ def _bloat_estimate(opened: OpenTable, shape: dict[str, Any], why: str) -> dict[
 
 
 def _due_scan(
-    opened: OpenTable, shape: dict[str, Any], due_column: str | None, analyze: bool, pgstattuple
+    opened: OpenTable, shape: dict[str, Any], due_column: str | None, analyze: bool, pgstattuple, pending: list
 ) -> dict[str, Any] | None:
     reader, ref = opened.reader, opened.ref
     guessed = False
@@ -392,20 +427,24 @@ def _due_scan(
             )
             return None
     col = column(shape["columns"], due_column, "--due-column", DUE_CATEGORIES, ref.qualified)
-    query = reader.due_query(ref, due_column, col["category"])
+    query, params = reader.due_query(ref, due_column, col["category"], pending)
     out: dict[str, Any] = {
         "due_column": due_column,
         "guessed": guessed,
+        "pending_filter": " and ".join(str(c) for c, _ in pending) or None,
         "batch_rows": 800,
         "query": query.as_string(reader.conn),
+        "query_params": params,
     }
     if not ref.can_select:
         return out  # said in skipped
-    plan = reader.attempt("EXPLAIN of the due-work query", lambda: reader.explain(query))
+    plan = reader.attempt("EXPLAIN of the due-work query", lambda: reader.explain(query, params))
     if plan is not None:
         out["plan"] = owntable.plan_summary(plan)
     if analyze:
-        analysed = reader.attempt("EXPLAIN ANALYZE of the due-work query", lambda: reader.explain_analyze(query))
+        analysed = reader.attempt(
+            "EXPLAIN ANALYZE of the due-work query", lambda: reader.explain_analyze(query, params)
+        )
         if analysed is not None:
             out["analyze"] = owntable.plan_summary(analysed)
     due_index = next(
@@ -428,3 +467,81 @@ def guess_due_column(shape: dict[str, Any]) -> str | None:
     if len(hinted) == 1:
         return hinted[0]
     return candidates[0] if len(candidates) == 1 else None
+
+
+# -- a job library's own signatures ------------------------------------------------------------
+
+
+def _log_tables(opened: OpenTable, lib: job_libraries.Preset | None) -> dict[str, owntable.TableRef]:
+    """The preset's log tables that exist here (schema-less names resolve beside the queue table)."""
+    if lib is None:
+        return {}
+    out = {}
+    for name in lib.log_tables:
+        qualified = name if "." in name else f"{opened.ref.schema}.{name}"
+        ref = opened.reader.resolve(qualified)
+        if ref is not None:
+            out[name] = ref
+    return out
+
+
+def _library(
+    opened: OpenTable,
+    lib: job_libraries.Preset,
+    filters: Filters,
+    shape: dict[str, Any],
+    due_scan: dict[str, Any] | None,
+    logs: dict[str, owntable.TableRef],
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> dict[str, Any]:
+    """What the library signatures of :mod:`reports.diagnosis` read: rows by kind, the log
+    tables' sizes and growth over the watch window, and the indexes on the due column."""
+    reader, ref = opened.reader, opened.ref
+    counts = None
+    if ref.can_select and filters.finished:
+        counts = reader.attempt(
+            "pending and finished rows (one counting scan)",
+            lambda: reader.row_counts(ref, filters.pending, filters.finished),
+            fix="raise --statement-timeout if the server can afford one scan of the table",
+        )
+    log_out = {}
+    for name, log in logs.items():
+        sizes = reader.rows(owntable.statement("sizes"), {"relid": log.relid})[0]
+        churn = owntable.relation_churn(before.get(name), after.get(name))
+        log_out[name] = {
+            "table": log.qualified,
+            "retention": lib.log_tables[name],
+            "bytes": sizes["total_bytes"],
+            "rows": (after.get(name) or {}).get("n_live_tup"),
+            "inserts_per_s": churn["inserts_per_s"] if churn else None,
+            "deletes": churn["deletes"] if churn else None,
+            "window_s": churn["window_s"] if churn else None,
+        }
+    due = due_scan["due_column"] if due_scan else lib.due
+    pending_columns = sorted({c.expr.column for c, _ in filters.pending})
+    due_indexes = []
+    for i in shape["indexes"]:
+        if i["method"] != "btree" or due not in i["columns"]:
+            continue
+        predicate = i["predicate"] or ""
+        due_indexes.append(
+            {
+                "name": i["name"],
+                "columns": i["columns"],
+                "predicate": i["predicate"],
+                "restricted_to_pending": bool(predicate)
+                and any(re.search(rf"\b{re.escape(c)}\b", predicate) for c in pending_columns),
+            }
+        )
+    return {
+        "preset": lib.as_dict(),
+        "table": ref.qualified,
+        "pending_filter": " and ".join(str(c) for c, _ in filters.pending) or None,
+        "finished_filter": " and ".join(str(c) for c, _ in filters.finished) or None,
+        "rows": counts,
+        "log_tables": log_out,
+        "due_column": due,
+        "pending_columns": pending_columns,
+        "due_indexes": due_indexes,
+    }

@@ -51,11 +51,23 @@ def guards_from(statement_timeout_s: float, lock_timeout_s: float) -> owntable.S
     )
 
 
-def open_table(dsn: str, table: str, guards: owntable.Safeguards, application_name: str) -> OpenTable:
-    """A guarded connection and the table ``table`` names; one-line errors otherwise."""
+def open_table(
+    dsn: str,
+    table: str | None,
+    guards: owntable.Safeguards,
+    application_name: str,
+    partitioned_ok: bool = False,
+    partition_of: Callable[[str], None] | None = None,
+) -> OpenTable:
+    """A guarded connection and the table ``table`` names; one-line errors otherwise. A
+    partitioned table is read through its parent when ``partitioned_ok``; with ``partition_of``
+    its largest partition is opened instead (counters and bloat live there), and said."""
     import psycopg
 
     from harness.stack import dsn_host_port
+
+    if not table:
+        raise UsageError("give --table SCHEMA.TABLE, or --preset NAME for a job library's table")
 
     try:
         conn, session = owntable.connect(dsn, guards, application_name)
@@ -74,7 +86,15 @@ def open_table(dsn: str, table: str, guards: owntable.Safeguards, application_na
             f"{session['role']}); give --table SCHEMA.TABLE, quoting mixed-case names like "
             f'\'"Schema"."Table"\''
         )
-    if ref.relkind != "r":
+    if ref.relkind == "p" and partition_of is not None:
+        leaves = reader.partitions(ref)
+        if leaves:
+            partition_of(
+                f"{ref.qualified} is partitioned; inspecting its largest partition {leaves[0]['name']} "
+                f"(of {len(leaves)})"
+            )
+            ref = reader.resolve(leaves[0]["name"]) or ref
+    if ref.relkind != "r" and not (ref.relkind == "p" and partitioned_ok):
         conn.close()
         kind = {
             "p": "a partitioned table (inspect one of its partitions)",

@@ -4,11 +4,13 @@ What comes in is already anonymous: :mod:`metrics.owntable` hashes ids and tenan
 database with a random key that is never written, so the trace holds 16-hex-digit hashes that
 cannot be traced back (not even by hashing candidate ids) once the capture ends.
 
-Each trigger's interval comes, in this order of preference, from the interval column the user
-mapped, from the re-arms seen during the watch window (the median of the differences between
-successive due times of the same trigger: with a fixed cadence that is the interval exactly; an
-application re-arming at "poll end + interval" adds its own lag), or, for a trigger that was not
-re-armed while watched, a lower bound: the longer of the window and the time to its next due.
+A trigger is an identity (``--map id=...``): one row whose due time moves, or, in the job
+libraries that insert a new row for every fire, the successive rows that share it. Each
+trigger's interval comes, in this order of preference, from the interval column the user mapped,
+from its distinct due times seen during the watch window and in the finished rows the table
+still keeps (the median gap between successive ones: with a fixed cadence that is the interval
+exactly; an application re-arming at "poll end + interval" adds its own lag), or, for a trigger
+seen at one due time only, a lower bound: the longer of the window and the time to its next due.
 The count of each kind is recorded, so a reader knows how much of the rate is measured.
 
 The trace (``trigger_id,tenant_id,interval_s,first_fire_s``, :mod:`loadgen.population`) keeps
@@ -36,29 +38,72 @@ _UNSEEN = object()
 
 
 @dataclass
-class RearmTracker:
-    """Successive samples of every trigger's due time; a changed due time is a re-arm."""
+class TriggerSeen:
+    """One identity across the samples: its tenant, every distinct due time seen (of its one row,
+    or of its successive rows in a library that inserts a row per fire), its state size, and its
+    next due time at the last sample that held it."""
 
-    last_due: dict[str, Any] = field(default_factory=dict)
-    diffs: dict[str, list[float]] = field(default_factory=dict)
+    tenant: str
+    dues: set[float] = field(default_factory=set)
+    state_bytes: float | None = None
+    interval_column: float | None = None
+    next_due: float | None = None  # the earliest due time among its rows at its last sample
+    last_poll: int = 0
+
+
+@dataclass
+class RearmTracker:
+    """Successive samples of the rows; per identity, a due time not seen before is a re-arm
+    (the same row's due time moved, or a new row with the same identity appeared)."""
+
+    triggers: dict[str, TriggerSeen] = field(default_factory=dict)
     rearms: int = 0
     polls: int = 0
+    history_dues: int = 0
     first_read_s: float | None = None
     last_read_s: float | None = None
 
-    def observe(self, rows: Iterable[tuple[str, float | None, float]]) -> None:
-        """One poll: ``(trigger hash, due epoch s or None, read at epoch s)`` per row."""
+    def observe(self, rows: Iterable[dict[str, Any]]) -> None:
+        """One sample: ``capture_poll`` rows (trigger_hash, tenant_hash, due_s, interval_s,
+        state_bytes, read_at_s), any number per identity."""
         self.polls += 1
-        for trigger, due, read_at in rows:
+        for r in rows:
+            read_at = r["read_at_s"]
             if self.first_read_s is None:
                 self.first_read_s = read_at
             self.last_read_s = read_at
-            prev = self.last_due.get(trigger, _UNSEEN)
-            if prev is not _UNSEEN and due != prev:
-                self.rearms += 1
-                if prev is not None and due is not None and due > prev:
-                    self.diffs.setdefault(trigger, []).append(due - prev)
-            self.last_due[trigger] = due
+            seen = self.triggers.get(r["trigger_hash"])
+            if seen is None:
+                seen = self.triggers[r["trigger_hash"]] = TriggerSeen(r["tenant_hash"])
+            seen.tenant = r["tenant_hash"]
+            if r.get("state_bytes") is not None:
+                seen.state_bytes = float(r["state_bytes"])
+            if r.get("interval_s") is not None and r["interval_s"] > 0:
+                seen.interval_column = float(r["interval_s"])
+            due = r["due_s"]
+            if seen.last_poll != self.polls:
+                seen.last_poll, seen.next_due = self.polls, due
+            elif due is not None and (seen.next_due is None or due < seen.next_due):
+                seen.next_due = due
+            if due is None:
+                continue
+            due = round(float(due), 3)
+            if due not in seen.dues:
+                if seen.dues:
+                    self.rearms += 1
+                seen.dues.add(due)
+
+    def add_history(self, history: dict[str, list[float]]) -> None:
+        """Due times of finished rows of the identities seen (read once from the table)."""
+        for trigger, dues in history.items():
+            seen = self.triggers.get(trigger)
+            if seen is None:
+                continue  # finished rows of a trigger that is no longer armed
+            for d in dues:
+                d = round(float(d), 3)
+                if d not in seen.dues:
+                    seen.dues.add(d)
+                    self.history_dues += 1
 
     @property
     def window_s(self) -> float:
@@ -67,8 +112,11 @@ class RearmTracker:
         return self.last_read_s - self.first_read_s
 
     def interval_of(self, trigger: str) -> float | None:
-        d = self.diffs.get(trigger)
-        return float(np.median(d)) if d else None
+        """The median gap between successive distinct due times (None when seen once)."""
+        seen = self.triggers.get(trigger)
+        if seen is None or len(seen.dues) < 2:
+            return None
+        return float(np.median(np.diff(sorted(seen.dues))))
 
 
 @dataclass
@@ -77,36 +125,36 @@ class Captured:
     stats: dict[str, Any]
 
 
-def derive(rows: list[dict[str, Any]], tracker: RearmTracker | None, watch_s: float) -> Captured:
-    """The trace and the figures of the population ``rows`` (``capture_rows``: trigger_hash,
-    tenant_hash, due_in_s, interval_s, state_bytes), with the intervals the tracker saw."""
+def derive(tracker: RearmTracker, watch_s: float, empty: str = "the table has no rows") -> Captured:
+    """The trace and the figures of every identity the tracker saw; its last sample is the
+    capture's "now". Each trigger fires first at its next due time (at once when overdue or
+    NULL); one that held no row at the last sample (a library's job being run) at its last due
+    time plus its interval."""
     trace: list[tuple[str, str, float, float]] = []
     sources = {"column": 0, "rearms": 0, "lower_bound": 0}
-    seen: set[str] = set()
     state_sizes: list[float] = []
-    window = max(watch_s, tracker.window_s if tracker else 0.0)
-    for r in rows:
-        trigger = r["trigger_hash"]
-        if trigger in seen:
-            continue  # a 64-bit collision, or the same id twice in the table: replayed once
-        seen.add(trigger)
-        if r.get("state_bytes") is not None:
-            state_sizes.append(float(r["state_bytes"]))
-        due_in = r["due_in_s"]
-        first = max(0.0, float(due_in)) if due_in is not None else 0.0
-        interval = r["interval_s"]
-        if interval is not None and interval > 0:
+    window = max(watch_s, tracker.window_s)
+    now = tracker.last_read_s or 0.0
+    for trigger, seen in tracker.triggers.items():
+        if seen.state_bytes is not None:
+            state_sizes.append(seen.state_bytes)
+        interval = seen.interval_column
+        if interval is not None:
             sources["column"] += 1
+        elif (interval := tracker.interval_of(trigger)) is not None:
+            sources["rearms"] += 1
+        if seen.last_poll == tracker.polls:
+            next_due = seen.next_due
         else:
-            interval = tracker.interval_of(trigger) if tracker else None
-            if interval is not None:
-                sources["rearms"] += 1
-            else:
-                interval = max(window, first, 1.0)
-                sources["lower_bound"] += 1
-        trace.append((trigger, r["tenant_hash"], round(float(interval), 3), round(first, 3)))
+            last = max(seen.dues) if seen.dues else None
+            next_due = (last + interval) if (last is not None and interval) else last
+        first = max(0.0, float(next_due) - now) if next_due is not None else 0.0
+        if interval is None:
+            interval = max(window, first, 1.0)
+            sources["lower_bound"] += 1
+        trace.append((trigger, seen.tenant, round(float(interval), 3), round(first, 3)))
     if not trace:
-        raise ValueError("the table has no rows: nothing to capture")
+        raise ValueError(f"{empty}: nothing to capture")
     iv = np.array([t[2] for t in trace])
     first = np.array([t[3] for t in trace])
     long_horizon = first > np.maximum(10 * iv, SECONDS_PER_DAY)  # as loadgen.population reads the trace
@@ -129,12 +177,15 @@ def derive(rows: list[dict[str, Any]], tracker: RearmTracker | None, watch_s: fl
         "largest_tenant_share": float(counts[0] / counts.sum()),
         "state_bytes": _percentiles(state) if len(state) else None,
     }
-    if tracker is not None:
+    if tracker.polls > 1:
         stats["watch"] = {
             "window_s": tracker.window_s,
+            "first_read_at_s": tracker.first_read_s,
+            "last_read_at_s": tracker.last_read_s,
             "polls": tracker.polls,
             "rearms_seen": tracker.rearms,
             "rearms_per_s": tracker.rearms / tracker.window_s if tracker.window_s else None,
+            "history_due_times": tracker.history_dues,
         }
     return Captured(trace, stats)
 

@@ -29,6 +29,7 @@ import psycopg
 from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from metrics import owntable_expr as expr
 from schedulers.sqlfile import load_blocks
 
 SQL_PATH = Path(__file__).with_name("owntable.sql")
@@ -306,65 +307,134 @@ class Reader:
 
     # the due-work query ------------------------------------------------------------------------
 
-    def due_query(self, ref: TableRef, due_column: str, category: str) -> sql.Composed:
+    def due_query(
+        self, ref: TableRef, due_column: str, category: str, pending: list | None = None
+    ) -> tuple[sql.Composed, dict[str, Any]]:
+        """The due-work query and its parameters (the pending filter's values)."""
+        params = expr.Params()
         now = fragment("now_epoch" if category == "N" else "now_timestamp")
-        return statement("due_query", table=ref.ident, due=sql.Identifier(due_column), now=now)
+        filt = expr.where_sql(pending or [], params, self.server_version_num)
+        return statement("due_query", table=ref.ident, due=sql.Identifier(due_column), now=now, pending=filt), (
+            params.values
+        )
 
-    def explain(self, query: sql.Composed) -> Any:
-        return self.conn.execute(statement("explain", query=query)).fetchone()[0]
+    def explain(self, query: sql.Composed, params: dict[str, Any] | None = None) -> Any:
+        return self.conn.execute(statement("explain", query=query), params or None).fetchone()[0]
 
-    def explain_analyze(self, query: sql.Composed) -> Any:
+    def explain_analyze(self, query: sql.Composed, params: dict[str, Any] | None = None) -> Any:
         """EXPLAIN ANALYZE of a plain SELECT, in an explicitly read-only transaction."""
         with self.conn.transaction():
             self.conn.execute(statement("set_read_only"))
-            return self.conn.execute(statement("explain_analyze", query=query)).fetchone()[0]
+            return self.conn.execute(statement("explain_analyze", query=query), params or None).fetchone()[0]
+
+    # job libraries' tables ---------------------------------------------------------------------
+
+    def row_counts(self, ref: TableRef, pending: list, finished: list) -> dict[str, Any]:
+        params = expr.Params()
+        v = self.server_version_num
+        query = statement(
+            "row_counts",
+            table=ref.ident,
+            pending=expr.where_sql(pending, params, v),
+            finished=expr.where_sql(finished, params, v),
+        )
+        return self.rows(query, params.values)[0]
+
+    def partitions(self, ref: TableRef) -> list[dict[str, Any]]:
+        return self.rows(statement("partitions"), {"relid": ref.relid})
+
+    def path_check(self, ref: TableRef, b: expr.Bound) -> dict[str, Any]:
+        """Whether ``b``'s JSON path is present: in ANALYZE's samples of the column when it has
+        some (the catalogue only), else in the first rows of the table (``method`` says which)."""
+        params = expr.Params()
+        v = self.server_version_num
+        src = sql.Identifier("v", "val")
+        parts = {"decoded": expr.json_of(b, src, v), "value": expr.value_of(b, params, v, source=src)}
+        if b.column["type_name"] != "json":
+            typ = sql.Identifier(b.column["type_schema"], b.column["type_name"])
+            found = self.rows(
+                statement("path_check_stats", type=typ, **parts),
+                {**params.values, "schema": ref.schema, "name": ref.name, "column": b.expr.column},
+            )[0]
+            if found["sampled"]:
+                return {**found, "method": "statistics (pg_stats samples)"}
+        found = self.rows(
+            statement("path_check_rows", col=sql.Identifier(b.expr.column), table=ref.ident, **parts),
+            {**params.values, "limit": expr.SAMPLE_ROWS},
+        )[0]
+        return {**found, "method": f"the first {expr.SAMPLE_ROWS:,} rows"}
 
     # capture -----------------------------------------------------------------------------------
 
-    def capture_rows(self, ref: TableRef, cols: CaptureColumns, key: str) -> list[dict[str, Any]]:
-        """Every row as (trigger hash, tenant hash, due in s from now, interval s, state bytes)."""
+    def capture_poll(self, ref: TableRef, spec: CaptureSpec, key: str) -> list[dict[str, Any]]:
+        """One sample of the (pending) rows: trigger hash, tenant hash, due epoch s, interval s,
+        state bytes, read at epoch s."""
+        params = expr.Params()
         query = statement(
-            "capture_rows",
+            "capture_poll",
             table=ref.ident,
-            id=sql.Identifier(cols.id),
-            tenant=sql.Identifier(cols.tenant),
-            due_s=cols.due_seconds(),
-            interval_s=cols.interval_seconds(),
-            state_bytes=cols.state_size(),
+            id_hash=spec.id_hash(params, self.server_version_num),
+            tenant_hash=spec.tenant_hash(params, self.server_version_num),
+            due_s=spec.due_seconds(),
+            interval_s=spec.interval_seconds(),
+            state_bytes=spec.state_size(params, self.server_version_num),
+            filter=expr.where_sql(spec.pending, params, self.server_version_num),
         )
-        return self.rows(query, {"key": key})
+        return self.rows(query, {**params.values, "key": key})
 
-    def capture_poll(self, ref: TableRef, cols: CaptureColumns, key: str) -> list[tuple[str, float | None, float]]:
-        """Every row's (trigger hash, due epoch s, read at epoch s): one sample of the re-arms."""
-        query = statement("capture_poll", table=ref.ident, id=sql.Identifier(cols.id), due_s=cols.due_seconds())
-        return self.conn.execute(query, {"key": key}).fetchall()
+    def capture_history(self, ref: TableRef, spec: CaptureSpec, key: str, window_s: float) -> dict[str, list[float]]:
+        """The due times of finished rows still in the table, per identity hash (the last 32
+        within ``window_s``)."""
+        params = expr.Params()
+        query = statement(
+            "capture_history",
+            table=ref.ident,
+            id_hash=spec.id_hash(params, self.server_version_num),
+            due_s=spec.due_seconds(),
+            due=sql.Identifier(spec.due.expr.column),
+            filter=expr.where_sql(spec.finished or [], params, self.server_version_num),
+        )
+        rows = self.rows(query, {**params.values, "key": key, "window_s": window_s})
+        return {r["trigger_hash"]: list(r["dues"]) for r in rows}
 
 
 @dataclass
-class CaptureColumns:
-    """The columns ``--map`` names and their type categories (``pg_type.typcategory``: D date/time,
-    T interval, N numeric)."""
+class CaptureSpec:
+    """What ``--map``, ``--where`` and a preset name, bound to the table's columns
+    (:mod:`metrics.owntable_expr`). ``due`` and ``interval`` are bare columns (type categories of
+    ``pg_type.typcategory``: D date/time, T interval, N numeric)."""
 
-    id: str
-    tenant: str
-    due: str
-    due_category: str
-    interval: str | None = None
-    interval_category: str | None = None
-    state: str | None = None
+    id: list[expr.Bound]
+    tenant: list[expr.Bound] | None
+    due: expr.Bound
+    interval: expr.Bound | None = None
+    state: expr.Bound | None = None
+    pending: list = field(default_factory=list)  # (Condition, Bound) pairs
+    finished: list | None = None
+
+    def id_hash(self, params: expr.Params, version: int) -> sql.Composed:
+        return fragment("hash_of", text=expr.text_of(self.id, params, version))
+
+    def tenant_hash(self, params: expr.Params, version: int) -> sql.Composed:
+        text = expr.text_of(self.tenant, params, version) if self.tenant else sql.SQL("''")
+        return fragment("hash_of", text=text)
 
     def due_seconds(self) -> sql.Composed:
-        block = "epoch_of_number" if self.due_category == "N" else "epoch_of_timestamp"
-        return fragment(block, col=sql.Identifier(self.due))
+        block = "epoch_of_number" if self.due.column["category"] == "N" else "epoch_of_timestamp"
+        return fragment(block, col=sql.Identifier(self.due.expr.column))
 
     def interval_seconds(self) -> sql.Composed:
         if self.interval is None:
             return fragment("no_value")
-        block = "seconds_of_number" if self.interval_category == "N" else "seconds_of_interval"
-        return fragment(block, col=sql.Identifier(self.interval))
+        block = "seconds_of_number" if self.interval.column["category"] == "N" else "seconds_of_interval"
+        return fragment(block, col=sql.Identifier(self.interval.expr.column))
 
-    def state_size(self) -> sql.Composed:
-        return fragment("column_size", col=sql.Identifier(self.state)) if self.state else fragment("no_value")
+    def state_size(self, params: expr.Params, version: int) -> sql.Composed:
+        if self.state is None:
+            return fragment("no_value")
+        if self.state.expr.path:
+            return fragment("text_size", col=expr.value_of(self.state, params, version))
+        return fragment("column_size", col=sql.Identifier(self.state.expr.column))
 
 
 def _first_line(exc: BaseException) -> str:

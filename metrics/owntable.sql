@@ -46,11 +46,15 @@ WHERE c.oid = to_regclass(%(name)s)
 SELECT a.attname AS name,
        format_type(a.atttypid, a.atttypmod) AS type,
        t.typcategory::text AS category,
+       tn.nspname AS type_schema,
+       t.typname AS type_name,
+       ARRAY(SELECT e.enumlabel::text FROM pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS enum_labels,
        a.attstorage::text AS storage,
        s.avg_width,
        s.null_frac::float8 AS null_frac
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_namespace tn ON tn.oid = t.typnamespace
 LEFT JOIN pg_stats s ON s.schemaname = %(schema)s AND s.tablename = %(name)s AND s.attname = a.attname
 WHERE a.attrelid = %(relid)s::oid AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
@@ -230,8 +234,9 @@ extract(epoch FROM now())
 extract(epoch FROM {col})::float8
 
 -- name: epoch_of_number
--- a numeric column already in epoch seconds
-{col}::float8
+-- a numeric column of epoch seconds, or of epoch milliseconds (DBOS): told apart by magnitude,
+-- since 1e11 seconds is the year 5138 and 1e11 milliseconds is 1973
+(CASE WHEN {col} > 1e11 THEN {col} / 1000.0 ELSE {col} END)::float8
 
 -- name: seconds_of_interval
 -- an interval column as seconds
@@ -248,11 +253,21 @@ NULL::float8
 -- the stored size of a value in bytes (compressed and out of line included): a size, not the value
 pg_column_size({col})::float8
 
+-- name: text_size
+-- the size in bytes of a value read at a JSON path: a size, not the value
+octet_length({col})::float8
+
+-- name: hash_of
+-- a keyed hash of a text (ids, tenants): computed here, so no id or tenant leaves the database;
+-- the key is random per capture and never written
+left(encode(sha256(convert_to(%(key)s || {text}, 'UTF8')), 'hex'), 16)
+
 -- name: due_query
--- the question a table-as-queue asks every tick: the oldest due rows, 800 at a time
--- (the Composio article: "selected up to 800 due rows"). A plain SELECT: no FOR UPDATE (a read-only
+-- the question a table-as-queue asks every tick: the oldest due rows, 800 at a time (the
+-- Composio article: "selected up to 800 due rows"), among the pending rows when
+-- a preset or --where says which those are. A plain SELECT: no FOR UPDATE (a read-only
 -- transaction could not lock rows, and inspecting must not)
-SELECT {due} FROM {table} WHERE {due} <= {now} ORDER BY {due} LIMIT 800
+SELECT {due} FROM {table} WHERE {due} <= {now} AND {pending} ORDER BY {due} LIMIT 800
 
 -- name: explain
 -- the plan only: nothing is executed
@@ -265,21 +280,59 @@ EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}
 -- name: set_read_only
 SET TRANSACTION READ ONLY
 
--- name: capture_rows
--- the population, one row per trigger: keyed hashes of its id and tenant (computed here, so no
--- id or tenant leaves the database; the key is random per capture and never written), its due
--- time as seconds from this statement's start, and optionally its interval and stored state size
-SELECT left(encode(sha256(convert_to(%(key)s || coalesce({id}::text, ''), 'UTF8')), 'hex'), 16) AS trigger_hash,
-       left(encode(sha256(convert_to(%(key)s || coalesce({tenant}::text, ''), 'UTF8')), 'hex'), 16) AS tenant_hash,
-       {due_s} - extract(epoch FROM statement_timestamp())::float8 AS due_in_s,
-       {interval_s} AS interval_s,
-       {state_bytes} AS state_bytes
-FROM {table}
-
 -- name: capture_poll
--- one sample of every trigger's due time during the watch window (re-arms show as changes):
--- the hash and the absolute due time in epoch seconds, and when the statement ran
-SELECT left(encode(sha256(convert_to(%(key)s || coalesce({id}::text, ''), 'UTF8')), 'hex'), 16) AS trigger_hash,
+-- one sample of the rows (the pending ones, with a filter): keyed hashes of the identity and the
+-- tenant, the due time in epoch seconds, the interval and the stored state size when mapped, and
+-- when the statement ran. Successive samples show re-arms: a due time that changed, or a new row
+-- with the same identity (libraries that insert a row per fire)
+SELECT {id_hash} AS trigger_hash,
+       {tenant_hash} AS tenant_hash,
        {due_s} AS due_s,
+       {interval_s} AS interval_s,
+       {state_bytes} AS state_bytes,
        extract(epoch FROM statement_timestamp())::float8 AS read_at_s
 FROM {table}
+WHERE {filter}
+
+-- name: capture_history
+-- the due times of finished rows still in the table (libraries that keep them): the last 32 per
+-- identity, due within the last window_s seconds, read once and only as hashes and times
+SELECT trigger_hash, array_agg(due_s ORDER BY due_s) AS dues
+FROM (
+    SELECT {id_hash} AS trigger_hash, {due_s} AS due_s,
+           row_number() OVER (PARTITION BY {id_hash} ORDER BY {due} DESC) AS recent
+    FROM {table}
+    WHERE {filter} AND {due} IS NOT NULL AND {due_s} >= extract(epoch FROM now())::float8 - %(window_s)s
+) h
+WHERE recent <= 32
+GROUP BY trigger_hash
+
+-- name: path_check_stats
+-- whether a JSON path is present, from ANALYZE's sampled values of its column (pg_stats: most
+-- common values and histogram bounds): the catalogue only, no row of the table is read
+SELECT count(*) AS sampled, count({decoded}) AS decoded, count({value}) AS present
+FROM pg_stats s,
+     unnest(coalesce(s.most_common_vals::text::{type}[], '{{}}') || coalesce(s.histogram_bounds::text::{type}[], '{{}}'))
+     AS v(val)
+WHERE s.schemaname = %(schema)s AND s.tablename = %(name)s AND s.attname = %(column)s
+
+-- name: path_check_rows
+-- the same on the first rows of the table, when the statistics hold no sample of the column (a
+-- json column has none: it has no equality operator; or the table was never analysed)
+SELECT count(*) AS sampled, count({decoded}) AS decoded, count({value}) AS present
+FROM (SELECT {col} AS val FROM {table} LIMIT %(limit)s) AS v
+
+-- name: row_counts
+-- rows by kind in a job library's table (pending, finished, all): one scan, under the timeout
+SELECT count(*) FILTER (WHERE {pending}) AS pending,
+       count(*) FILTER (WHERE {finished}) AS finished,
+       count(*) AS total
+FROM {table}
+
+-- name: partitions
+-- the leaf partitions of a partitioned table, largest first (pg-boss keeps one per queue)
+SELECT c.oid::regclass::text AS name, pg_relation_size(c.oid) AS bytes
+FROM pg_partition_tree(%(relid)s::oid::regclass) p
+JOIN pg_class c ON c.oid = p.relid
+WHERE p.isleaf
+ORDER BY pg_relation_size(c.oid) DESC, c.relname

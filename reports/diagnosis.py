@@ -45,6 +45,18 @@ SIGNATURES = {
     "due_scan_dead_tuples": "due-work scan walking dead tuples",
 }
 
+# A job library's own signatures (inspect --preset): finished rows kept beside the pending ones
+# in the queue table, a log table growing with nothing removing its rows, a due-time index that
+# holds finished rows, and no index on the due time restricted to pending rows.
+FINISHED_PER_PENDING = 1.0  # the due scan's table holds at least as many finished rows as pending
+LIBRARY_SIGNATURES = {
+    "finished_rows_kept": "finished jobs kept in the queue table",
+    "log_table_unbounded": "a log table growing without retention",
+    "due_index_includes_finished": "a due-time index that includes finished rows",
+    "missing_partial_index": "no partial index on the due time of pending rows",
+}
+SIGNATURES.update(LIBRARY_SIGNATURES)
+
 # What the Composio article reported for each signature (inspect.json's ``source``).
 ARTICLE_FIGURE = {
     "delete_reinsert_churn": "the Composio article: each poll deleted its row and inserted the next run "
@@ -56,6 +68,18 @@ ARTICLE_FIGURE = {
     "due_scan_dead_tuples": "the Composio article: 872M dead tuples against 99k live rows; the due query walked an "
     "index full of dead entries",
 }
+
+ARTICLE_FIGURE.update(
+    {
+        "finished_rows_kept": "the timer-wheel article: the due query reads scheduled rows "
+        "only, through a partial index; every finished row left in the table is dead weight to it",
+        "log_table_unbounded": "the durable-workflows article: step records need a retention "
+        "policy, or the history outgrows the work",
+        "due_index_includes_finished": "the timer-wheel article: an index on the fire time of "
+        "every row grows with history, one on scheduled rows only stays the size of the backlog",
+        "missing_partial_index": "the timer-wheel article: a partial index WHERE status = 'scheduled' on the fire time",
+    }
+)
 
 # Which design addresses each signature, and how (the designs' own docstrings and the articles).
 ADDRESSED_BY = {
@@ -122,6 +146,30 @@ ADDRESSED_BY = {
 }
 
 
+_LEASED_PARTIAL = (
+    "pg_leased",
+    "one row per trigger updated in place, a partial index on scheduled rows only; nothing finished is kept",
+)
+_SHARDS_NO_SCAN = (
+    "temporal_shards",
+    "no due-time scan of Postgres at all: the next timer comes from a shard's min-heap",
+)
+ADDRESSED_BY.update(
+    {
+        "finished_rows_kept": [_LEASED_PARTIAL, _SHARDS_NO_SCAN],
+        "log_table_unbounded": [
+            ("pg_leased", "no per-fire log: a fire updates its trigger's row and its keyed effect"),
+            (
+                "temporal_shards",
+                "history lives in Temporal, bounded by Continue-As-New and the namespace's retention",
+            ),
+        ],
+        "due_index_includes_finished": [_LEASED_PARTIAL, _SHARDS_NO_SCAN],
+        "missing_partial_index": [_LEASED_PARTIAL, _SHARDS_NO_SCAN],
+    }
+)
+
+
 @dataclass
 class Finding:
     key: str
@@ -141,6 +189,9 @@ def diagnose(data: dict[str, Any], runs: list | None = None) -> list[Finding]:
     """Every signature, in the Composio article's order, shown or not, with its figure."""
     runs = runs or []
     findings = [_churn(data), _hot(data), _toast(data), _horizon(data), _due_scan(data)]
+    if data.get("library"):
+        lib = data["library"]
+        findings += [_finished_kept(lib), _log_unbounded(lib), _due_index_finished(lib), _partial_index(lib, data)]
     for f in findings:
         f.name = SIGNATURES[f.key]
         f.source = ARTICLE_FIGURE[f.key]
@@ -395,6 +446,107 @@ def _due_scan(data: dict[str, Any]) -> Finding:
     ]
     known = ratio is not None or per_fetch is not None or per_row is not None
     return Finding("due_scan_dead_tuples", "", any(signals) if known else None, "; ".join(parts), evidence)
+
+
+# -- a job library's own signatures -----------------------------------------------------------
+
+
+def _who(lib: dict[str, Any]) -> str:
+    return lib["preset"]["name"]
+
+
+def _finished_kept(lib: dict[str, Any]) -> Finding:
+    key, p = "finished_rows_kept", lib["preset"]
+    if not lib.get("finished_filter"):
+        return Finding(key, "", False, f"{_who(lib)} deletes finished jobs from {lib['table']}")
+    rows = lib.get("rows")
+    if not rows:
+        return Finding(key, "", None, "pending and finished rows not counted (see skipped)")
+    finished, pending = rows["finished"], rows["pending"]
+    per = finished / pending if pending else None
+    removal = p["keeps_finished"] or f"nothing in {_who(lib)} removes them by default"
+    figure = (
+        f"{fmt.fixed(finished)} finished rows ({lib['finished_filter']}) beside {fmt.fixed(pending)} pending "
+        f"({lib['pending_filter']}) in {lib['table']}"
+        + (f": {fmt.num(per)} finished per pending row" if per is not None else "")
+        + f"; {removal}"
+    )
+    shown = finished > 0 and (pending == 0 or finished / pending >= FINISHED_PER_PENDING)
+    return Finding(
+        key,
+        "",
+        shown,
+        figure,
+        {"finished": finished, "pending": pending, "total": rows["total"], "removed_by": removal},
+    )
+
+
+def _log_unbounded(lib: dict[str, Any]) -> Finding:
+    key = "log_table_unbounded"
+    logs = lib.get("log_tables") or {}
+    if not logs:
+        return Finding(key, "", False, f"{_who(lib)} keeps no log table here")
+    parts, shown, evidence = [], False, {}
+    known = False
+    for name, g in logs.items():
+        retention = g["retention"] or "nothing removes its rows"
+        grows = g["inserts_per_s"] is not None and g["inserts_per_s"] > 0 and not g["deletes"]
+        if g["inserts_per_s"] is not None:
+            known = True
+        shown = shown or (grows and g["retention"] is None)
+        parts.append(
+            f"{g['table']}: {fmt.fixed(g['rows'])} rows, {fmt.human_bytes(g['bytes'])}"
+            + (
+                f", {fmt.num(g['inserts_per_s'])} inserts/s and {fmt.fixed(g['deletes'])} deletes over "
+                f"{fmt.num(g['window_s'])} s"
+                if g["inserts_per_s"] is not None
+                else " (no watch window: growth not measured)"
+            )
+            + f"; {retention}"
+        )
+        evidence[name] = g
+    return Finding(key, "", shown if known else None, "; ".join(parts), evidence)
+
+
+def _due_index_finished(lib: dict[str, Any]) -> Finding:
+    key = "due_index_includes_finished"
+    idx = lib.get("due_indexes") or []
+    if not idx:
+        return Finding(key, "", False, f"no index on {lib['due_column']} in {lib['table']}", {"indexes": []})
+    whole = [i for i in idx if not i["predicate"]]
+    keeps = bool(lib.get("finished_filter"))
+    listed = "; ".join(
+        f"{i['name']} ({', '.join(i['columns'])}{' WHERE ' + i['predicate'] if i['predicate'] else ''})" for i in idx
+    )
+    figure = f"indexes on {lib['due_column']}: {listed}"
+    if whole and keeps:
+        figure += f": {', '.join(i['name'] for i in whole)} hold(s) an entry for every finished row the table keeps"
+    return Finding(key, "", bool(whole and keeps), figure, {"indexes": idx})
+
+
+def _partial_index(lib: dict[str, Any], data: dict[str, Any]) -> Finding:
+    key = "missing_partial_index"
+    idx = lib.get("due_indexes") or []
+    fitting = [i for i in idx if i["restricted_to_pending"]]
+    plan = ((data.get("due_scan") or {}).get("plan")) or {}
+    path = " / ".join(plan.get("node_types") or []) or "plan not read"
+    if plan.get("index_used"):
+        path += f" using {plan['index_used']}"
+    if fitting:
+        return Finding(
+            key,
+            "",
+            False,
+            f"{', '.join(i['name'] for i in fitting)} covers {lib['due_column']} of pending rows only "
+            f"(WHERE {fitting[0]['predicate']}); the due query: {path}",
+            {"indexes": [i["name"] for i in fitting]},
+        )
+    figure = (
+        f"no index on {lib['due_column']} restricted to pending rows ({lib['pending_filter'] or 'no pending filter'}); "
+        f"{'indexes on it: ' + ', '.join(i['name'] for i in idx) if idx else 'no index on it at all'}; "
+        f"the due query: {path}"
+    )
+    return Finding(key, "", True, figure, {"indexes": [i["name"] for i in idx], "plan": path})
 
 
 # -- measured runs ------------------------------------------------------------------------------

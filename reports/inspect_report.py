@@ -78,6 +78,9 @@ def terminal_lines(d: dict[str, Any]) -> list[str]:
                 else ""
             )
         )
+    lib = d.get("library")
+    if lib:
+        out.append("  " + library_line(lib))
     out.append("  diagnosis:")
     for f in d.get("diagnosis", []):
         designs = ", ".join(a["design"] for a in f["addressed_by"])
@@ -100,6 +103,8 @@ def markdown(d: dict[str, Any]) -> str:
         "",
     ]
 
+    if d.get("library"):
+        lines += [library_line(d["library"]), ""]
     lines += ["## Diagnosis", "", "| signature | verdict | figure | addressed by |", "|---|---|---|---|"]
     for f in d.get("diagnosis", []):
         designs = "<br>".join(f"**{a['design']}**: {a['how']}" for a in f["addressed_by"]) if f["shown"] else ""
@@ -281,6 +286,22 @@ def markdown(d: dict[str, Any]) -> str:
     if d.get("compared_runs"):
         lines += ["", "Runs compared: " + ", ".join(f"`{p}`" for p in d["compared_runs"])]
     return "\n".join(lines) + "\n"
+
+
+def library_line(lib: dict[str, Any]) -> str:
+    """The preset in one line: whose schema, which rows are pending, how many of each kind."""
+    p, rows = lib["preset"], lib.get("rows") or {}
+    counts = (
+        f"; {fmt.fixed(rows.get('pending'))} pending, {fmt.fixed(rows.get('finished'))} finished of "
+        f"{fmt.fixed(rows.get('total'))} rows"
+        if rows
+        else ""
+    )
+    logs = ", ".join(g["table"] for g in (lib.get("log_tables") or {}).values()) or "none here"
+    return (
+        f"preset {p['name']} (the schema of {p['schema']}): pending rows {lib['pending_filter']}{counts}; "
+        f"log tables: {logs}"
+    )
 
 
 def _cell(text: str) -> str:

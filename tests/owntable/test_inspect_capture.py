@@ -34,9 +34,9 @@ from psycopg.conninfo import make_conninfo
 
 from loadgen.population import from_trace
 from loadgen.workload import load as load_workload
-from metrics.extensions import MEASUREMENT_EXTENSIONS
 from tests.conformance.helpers import SLACK_S
 from tests.owntable.legacy_app import TABLE, LegacyApp
+from tests.owntable.libraries import create_database, drop_database
 
 BENCH = str(Path(sys.executable).parent / "bench")
 STATEMENT_TIMEOUT_MS = 5000
@@ -120,16 +120,9 @@ def pg_dsn(pg_dsn):
     """A database of this module's own: every `bench run` resets pg_stat_statements for the
     timerbench database at its window's start, and a run in another test worker wiped the
     statements these tests read back (seen under three workers)."""
-    db = f"tb_owntable_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-    dsn = make_conninfo(pg_dsn, dbname=db)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for ext in MEASUREMENT_EXTENSIONS:
-            conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(ext)))
+    dsn = create_database(pg_dsn, "tb_owntable")
     yield dsn
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+    drop_database(pg_dsn, dsn)
 
 
 @pytest.fixture

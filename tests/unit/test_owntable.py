@@ -303,42 +303,55 @@ def test_parse_map_requires_id_tenant_and_due():
             parse_map(bad)
 
 
-def row(trigger, tenant="t1", due_in=1.0, interval=None, state=None):
-    return {
-        "trigger_hash": trigger,
-        "tenant_hash": tenant,
-        "due_in_s": due_in,
-        "interval_s": interval,
-        "state_bytes": state,
-    }
+def poll(at, *rows, tenant="t1"):
+    """One sample's rows: (trigger, due epoch s or None[, interval s[, state bytes]])."""
+    out = []
+    for r in rows:
+        trigger, due, interval, state = (*r, None, None)[:4]
+        out.append(
+            {
+                "trigger_hash": trigger,
+                "tenant_hash": tenant,
+                "due_s": due,
+                "interval_s": interval,
+                "state_bytes": state,
+                "read_at_s": at,
+            }
+        )
+    return out
 
 
 def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
     tracker = RearmTracker()
-    # a: due every 4 s (seen re-arming twice), b: every 10 s (once), c: never re-armed, d: appears late
-    tracker.observe([("a", 100.0, 0.0), ("b", 103.0, 0.0), ("c", 500.0, 0.0)])
-    tracker.observe([("a", 104.0, 5.0), ("b", 113.0, 5.0), ("c", 500.0, 5.0), ("d", 200.0, 5.0)])
-    tracker.observe([("a", 108.0, 9.0), ("b", 113.0, 9.0), ("c", 500.0, 9.0), ("d", 200.0, 9.0)])
-    assert tracker.rearms == 3 and tracker.window_s == 9.0
-    captured = derive(
-        [row("a"), row("b"), row("c", due_in=30.0), row("d", due_in=None), row("e", interval=7.0)], tracker, watch_s=9.0
-    )
+    # a: due every 4 s, its next row inserted beside the current one (a library's row per fire);
+    # b: every 10 s (re-armed once); c: never re-armed; d: due NULL at the end; e: an interval column
+    tracker.observe(poll(0.0, ("a", 100.0), ("b", 103.0), ("c", 39.0)))
+    tracker.observe(poll(5.0, ("a", 104.0), ("b", 113.0), ("c", 39.0), ("d", 200.0)))
+    tracker.observe(poll(9.0, ("a", 108.0), ("a", 112.0), ("b", 113.0), ("c", 39.0), ("d", None), ("e", 20.0, 7.0)))
+    assert tracker.rearms == 4 and tracker.window_s == 9.0
+    tracker.add_history({"b": [93.0, 83.0], "gone": [1.0, 2.0]})  # finished rows; "gone" is no longer armed
+    assert tracker.history_dues == 2 and "gone" not in tracker.triggers
+    captured = derive(tracker, watch_s=9.0)
     by_id = {t[0]: t for t in captured.trace}
-    assert by_id["a"][2] == 4.0 and by_id["b"][2] == 10.0
+    assert by_id["a"][2] == 4.0 and by_id["a"][3] == 99.0  # its next fire: the earlier of its two rows
+    assert by_id["b"][2] == 10.0
     assert by_id["c"][2] == 30.0  # lower bound: the longer of the window and the time to its due
     assert by_id["d"][3] == 0.0  # NULL due: due now (the timer-wheel article)
     assert by_id["e"][2] == 7.0  # the interval column wins
     assert captured.stats["interval_sources"] == {"column": 1, "rearms": 2, "lower_bound": 2}
+    assert captured.stats["watch"]["rearms_seen"] == 4 and captured.stats["watch"]["history_due_times"] == 2
 
 
 def test_derive_counts_tenants_long_horizons_and_state_sizes(tmp_path):
-    rows = [
-        row(f"x{i}", tenant=f"t{i % 3}", due_in=-5.0 if i == 0 else 1.0, interval=60.0, state=4096 + i)
-        for i in range(30)
-    ]
-    rows.append(row("far", due_in=40 * 86400.0, interval=3600.0))  # a callback 40 days out
-    rows.append(row("x1", tenant="t9", interval=60.0))  # the same hash twice: replayed once
-    captured = derive(rows, None, watch_s=0.0)
+    tracker = RearmTracker()
+    at = 1000.0
+    rows = []  # one sample: the population
+    for i in range(30):
+        rows += poll(at, ("x" + str(i), at - 5.0 if i == 0 else at + 1.0, 60.0, 4096 + i), tenant=f"t{i % 3}")
+    rows += poll(at, ("far", at + 40 * 86400.0, 3600.0))  # a callback 40 days out
+    rows += poll(at, ("x1", at + 1.0, 60.0), tenant="t1")  # the same identity twice: one trigger
+    tracker.observe(rows)
+    captured = derive(tracker, watch_s=0.0)
     s = captured.stats
     assert s["triggers"] == 31 and s["tenants"] == 3 and s["overdue_at_capture"] == 1
     assert s["long_horizon_share"] == pytest.approx(1 / 31)
