@@ -11,7 +11,7 @@ DEFAULT_RATES = "300,556,1000,2000,5000"
 
 
 # A backend that batches due timers for up to its max lag (temporal_shards: MaxLag 10 s,
-# seeds/003) is not in steady state until that long after its first fires: a shorter warm-up
+# the Composio article) is not in steady state until that long after its first fires: a shorter warm-up
 # undercounts its achieved rate (fires due in the window arrive after it). Its warm-up is
 # therefore at least this many times its declared max lag.
 WARMUP_MAX_LAG_FACTOR = 1.5
@@ -39,7 +39,7 @@ def parse_rates(text: str) -> list[float]:
 
 
 MAX_LAG = "max-lag"
-# seeds/003: pg_queue's scheduler wakes once a second and temporal_shards batches due timers for
+# the Composio article: pg_queue's scheduler wakes once a second and temporal_shards batches due timers for
 # up to MaxLag (10 s) by design; a 1 s p99 would judge those designs, not their capacity. Issue 11
 # sets their targets accordingly (temporal_shards: "lag within MaxLag plus poll time").
 DEFAULT_SLO = f"1s,pg_queue={MAX_LAG},temporal_shards={MAX_LAG}"

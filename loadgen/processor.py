@@ -133,7 +133,7 @@ class PollingProcessor:
     # -- the Processor protocol -------------------------------------------------------------
 
     async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
-        """Poll the whole batch; return when its slowest poll finishes (the seeds' batch
+        """Poll the whole batch; return when its slowest poll finishes (the articles' batch
         semantics: one outcome list, one commit)."""
         if not fires:
             return []

@@ -16,7 +16,7 @@ fires. The run process and every ``bench serve`` node write this way; the run co
 segments into ``fires.parquet`` when it finishes (:func:`metrics.rundir.compact`).
 
 Lag is ``fired_at - max(due_at, armed_at)`` with ``fired_at`` the moment the batch reached the
-processor (DESIGN.md "Measuring honestly").
+processor (docs/design.md, "Measuring honestly").
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``runs/<YYYYmmdd-HHMMSS>-<scheduler>/`` holds:
 
 ``config.json``
-    ``scheduler``, ``options`` (resolved), ``capabilities`` (what the design promises with them: ``max_lag_s`` ...), ``workload`` (resolved, every field),
+    ``scheduler``, ``options`` (resolved), ``capabilities`` (what the design promises with them:
+    ``max_lag_s`` ...), ``workload`` (resolved, every field),
     ``environment`` (python, platform, cpus, memory_bytes, postgres_version,
     postgres_settings, temporal_version, timerbench_version, git_commit), ``dsn`` (no password),
     ``temporal_address``, ``started_at``, ``argv``, ``window`` and ``load``. ``window``:
@@ -22,7 +23,8 @@
     ``fires-run.<seq>.parquet`` / ``samples.<seq>.parquet`` is a complete Parquet file written
     whole and renamed into place (a reader never sees half of one), ``late-run.npy`` lists the
     rows (numbered across the fire segments) whose effect was committed after their segment was
-    written, ``late-external-run.npy`` those whose external effect was noted after it. A run killed with SIGKILL keeps every segment it closed: fire segments hold rows at
+    written, ``late-external-run.npy`` those whose external effect was noted after it. A run
+    killed with SIGKILL keeps every segment it closed: fire segments hold rows at
     least :data:`metrics.recorder.FLUSH_AFTER_S` old and close every
     :data:`metrics.recorder.SEGMENT_EVERY_S`, so a kill costs at most the last ~8 s of fires
     (5 + 2 + the 1 s flush tick) and the last :data:`metrics.sampler.SEGMENT_EVERY_SAMPLES` s of
@@ -42,7 +44,8 @@
 ``samples.parquet``
     Long format (:data:`SAMPLES_SCHEMA`): scope ``run`` for run-wide metrics, else a relation
     ``schema.table`` or its TOAST table ``schema.table#toast``, or ``server:<name>`` for what a server
-    the run uses paid (:func:`server_scope`; see :mod:`metrics.stores` and :mod:`metrics.pgcost`). A backend's ``stats()`` gauges
+    the run uses paid (:func:`server_scope`; see :mod:`metrics.stores` and :mod:`metrics.pgcost`).
+    A backend's ``stats()`` gauges
     are run-scope metrics ``backend.<name>``; among them a backend that counts its batches
     (temporal_shards) records the batch-size distribution as cumulative counters, read for a
     window by :func:`batch_sizes_in_window` (no per-batch file: nothing to gather from nodes).
@@ -65,7 +68,7 @@ Readers go through :func:`read_fires` / :func:`read_samples`, which read the com
 when there is one and otherwise every complete segment (the run's own and, with ``--nodes``,
 every node's parts under ``nodes/``).
 
-**The four outcomes** (:func:`fire_accounting`, DESIGN.md "Measuring honestly"). A fire is due in
+**The four outcomes** (:func:`fire_accounting`, docs/design.md, "Measuring honestly"). A fire is due in
 the window when ``max(due_at, armed_at)`` (when it became due in the store, where the lag clock
 starts) lies in ``[measure_start, measure_end)``. Each ``(timer_id, due_at)`` key due in the
 window is exactly one of: **on time** (first delivery's lag <= the workload's ``on_time_s``),
@@ -613,7 +616,8 @@ def how_to_read(summary: dict[str, Any]) -> str:
     warm_text = "a warm-up" if warm is None else f"a {warm:g} s warm-up"
     return (
         f"{load} The window counts every fire that became due in it, after {warm_text} (by default one "
-        f"maximum interval, so every trigger has re-armed); then arming stops and the run drains. Each of those fires is on time (lag <= "
+        f"maximum interval, so every trigger has re-armed); then arming stops and the run drains. "
+        f"Each of those fires is on time (lag <= "
         f"{on_time:g} s, one bound for every backend), late (delivered later, with its real lag), pending "
         f"(still held by the backend after the drain: a backlog) or lost (never delivered and no longer "
         f"held: the run fails); lag percentiles cover all of them, an undelivered fire as infinitely late."
@@ -1023,8 +1027,8 @@ def _table_figures(samples: pa.Table, start: float, end: float, n_fires: int) ->
     upd = window_delta(tables, "n_tup_upd")
     hot = window_delta(tables, "n_tup_hot_upd")
     out["hot_ratio"] = (hot / upd) if upd and hot is not None else None
-    # Row writes count the scheduler's own rows (seeds/003's "four writes per poll") and, apart,
-    # the TOAST chunk writes those rows cause (seeds/003: TOAST writes are part of the bill).
+    # Row writes count the scheduler's own rows (the Composio article's "four writes per poll") and, apart,
+    # the TOAST chunk writes those rows cause (the Composio article: TOAST writes are part of the bill).
     writes: dict[str, float | None] = {}
     for name, metric in WRITE_KINDS:
         writes[name] = per_fire(window_delta(tables, metric))
@@ -1057,7 +1061,8 @@ def cost_figures(run_dir: Path, tables: dict[str, Any], n_fires: int, unavailabl
     write requests Temporal's persistence served (a request may write several rows of its own
     store: the units differ, said where shown); ``bytes_written`` = the sum of every server's
     ``bytes_written`` (Postgres: pg_stat_io; Temporal: what the kernel charged its process; None
-    unless every server the run used has it); ``stores``: those servers. ``statements``: totals of ``statements.parquet`` by source. ``bloat``: per relation,
+    unless every server the run used has it); ``stores``: those servers. ``statements``: totals of
+    ``statements.parquet`` by source. ``bloat``: per relation,
     pgstattuple beside n_dead_tup, and totals over tables and TOAST tables apart."""
     servers = tables.get("servers") or {}
     row_writes = (tables.get("per_fire") or {}).get("row_writes")

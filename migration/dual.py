@@ -29,7 +29,7 @@ walks them):
 * **Claim loops per store** (:class:`SideLoop`): started, stopped gracefully (``stop-old-writes``),
   crashed and restarted or stalled (faults), each on its own.
 
-A shared effect ledger stands in for the application's durable trigger row (seeds/003:
+A shared effect ledger stands in for the application's durable trigger row (the Composio article:
 "processors check the trigger's durable row before acting"): after a switch, a fire the other
 store already executed is not executed again. The ledger also keeps the application's own view
 of every timer (:attr:`DualState.expected`: the latest fire time armed or decided per id), which

@@ -1,6 +1,6 @@
 """Finding and reading run directories for a report.
 
-Layering (STYLE.md): a report reads run directories only; it never imports a scheduler. A run
+Layering: a report reads run directories only; it never imports a scheduler. A run
 directory is written by ``bench run`` (``metrics/``): ``config.json``, ``fires.parquet``,
 ``samples.parquet``, ``summary.json`` and, for a migration dry-run, ``migration.json``.
 """
@@ -31,7 +31,7 @@ class Run:
     summary: dict[str, Any]
     fires: pd.DataFrame  # fires.parquet, every column
     samples: pd.DataFrame  # samples.parquet, long form: t, elapsed_s, scope, metric, value
-    migration: dict[str, Any] | None = None  # migration.json of a dry-run (issue 8), if present
+    migration: dict[str, Any] | None = None  # migration.json of a dry-run, if present
     statements: pd.DataFrame | None = None  # statements.parquet (None: not recorded, see summary's unavailable)
     problems: list[str] = field(default_factory=list)  # files missing or unreadable
     label: str = ""

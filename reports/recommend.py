@@ -228,7 +228,8 @@ def _not_measured(runs: list[Run], cost_name: str | None) -> list[str]:
         if r.summary.get("steady_state") is False:
             out.append(
                 f"{r.label}: the window was not steady state "
-                f"({r.summary.get('cycles_per_trigger') or 0:.1f} fire cycles per trigger); its figures lean on first fires."
+                f"({r.summary.get('cycles_per_trigger') or 0:.1f} fire cycles per trigger); "
+                "its figures lean on first fires."
             )
         for note in r.summary.get("measurement_notes") or []:
             out.append(f"{r.label}: {note}")

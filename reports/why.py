@@ -1,7 +1,7 @@
-"""The "why" section (issue 16): when a comparison holds one of seeds/003's rejected alternatives
+"""The "why" section: when a comparison holds one of the Composio article's rejected alternatives
 (``temporal_per_trigger``: a Temporal workflow per trigger; ``pg_partitioned``: the table split
-in one database), what each design costs per fire beside the design the seed chose, citing the
-figures. The seed's two arguments, as figures a team can check:
+in one database), what each design costs per fire beside the design the article chose, citing the
+figures. The article's two arguments, as figures a team can check:
 
 * per trigger, every fire is a workflow task, a timer and an activity dispatch of its own;
   timer shards fire a batch per poller workflow (workflow starts, activities and signals per
@@ -85,11 +85,11 @@ def why_blocks(runs: list[Run]) -> list[Block]:
     for f in figures.values():
         names += [k for k, v in f.items() if k not in names and v is not None]
     out = [
-        Block("h2", "Why the seed chose what it chose"),
+        Block("h2", "Why the Composio article chose what it chose"),
         Block(
             "p",
-            "seeds/003 rejected a Temporal workflow per trigger and splitting the table within one database. "
-            "What each design did per fire in these runs, beside the design the seed chose:",
+            "The Composio article rejected a Temporal workflow per trigger and splitting the table within one "
+            "database. What each design did per fire in these runs, beside the design the article chose:",
         ),
     ]
     if names:
@@ -106,7 +106,7 @@ def why_blocks(runs: list[Run]) -> list[Block]:
         chosen, what = ALTERNATIVES[alt]
         a = figures[by_name[alt].label]
         if chosen not in by_name:
-            said.append(f"{alt} ({what}) ran without {chosen}, the design the seed chose: add it to compare.")
+            said.append(f"{alt} ({what}) ran without {chosen}, the design the article chose: add it to compare.")
             continue
         c = figures[by_name[chosen].label]
         parts = []

@@ -1,6 +1,6 @@
-"""temporal_per_trigger: seeds/003's rejected alternative -- one Temporal workflow per trigger.
+"""temporal_per_trigger: the Composio article's rejected alternative -- one Temporal workflow per trigger.
 
-seeds/003: "A Temporal workflow for every trigger would give us durable timers, but still leave
+the Composio article: "A Temporal workflow for every trigger would give us durable timers, but still leave
 us dispatching a separate workflow's poll on every fire." This backend builds that design so the
 argument can be measured: no batching, every fire is a timer, a workflow task, an activity and a
 second workflow task of its own trigger's workflow.
@@ -75,7 +75,10 @@ STORAGE_TABLES = ("trigger", "trigger_state")  # the tables fires rewrite (stora
 
 class TemporalPerTriggerScheduler:
     name = "temporal_per_trigger"
-    description = "one Temporal workflow per trigger: a durable timer, then a poll activity per fire (seeds/003 rejected alternative)"
+    description = (
+        "one Temporal workflow per trigger: a durable timer, then a poll activity per fire "
+        "(the Composio article's rejected alternative)"
+    )
     default_options: dict[str, Any] = {
         "history_bound": 1000,  # events; a trigger's workflow continues as new past this (or when
         # the server suggests it). About 10 events a fire, so ~100 fires a run: a replay after a
@@ -94,7 +97,7 @@ class TemporalPerTriggerScheduler:
         "max_cached_workflows": 10_000,  # per worker; a trigger workflow evicted from the cache
         # replays its history on its next fire (the SDK default is 1,000)
         "sandbox": False,  # run workflows in the SDK's sandbox (per-activation CPU a Go worker,
-        # as in seeds/003, would not pay; the workflow does no I/O by construction)
+        # as in the Composio article, would not pay; the workflow does no I/O by construction)
         "workflow_task_pollers": 5,  # concurrent workflow-task polls per worker (the SDK default)
         "activity_task_pollers": 5,  # concurrent activity-task polls per worker (the SDK default)
         "sticky_timeout_s": 5.0,  # a dead worker's cached workflows move after this, seconds
@@ -136,7 +139,7 @@ class TemporalPerTriggerScheduler:
             per_tenant_fairness=False,  # every trigger is dispatched on its own; no tenant order
             heartbeat_leases=True,  # the poll activity heartbeats; its timeout is the lease
             redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
-            cancel=False,  # as temporal_shards: seeds/003 has no cancel operation
+            cancel=False,  # as temporal_shards: the Composio article has no cancel operation
             multi_runner=True,
             at_least_once=True,
         )

@@ -1,4 +1,4 @@
-"""temporal_shards: the "after" design of seeds/003 -- time lives in Temporal timer shards.
+"""temporal_shards: the "after" design of the Composio article -- time lives in Temporal timer shards.
 
 Data flow:
 
@@ -6,10 +6,10 @@ Data flow:
   onto a consistent-hash ring with bounded loads (``ring.py``) and sends **one signal per shard
   per call** with signal-with-start, so a shard that does not exist yet is created.
 * Each shard (``workflows.ShardWorkflow``) holds a min-heap per timer type; due timers move to a
-  pending batch that flushes as one batch-poller workflow when full (``batch``, seeds/003: 800)
-  or when its oldest has waited ``max_lag_s`` (seeds/003: 10 s). Between events it sleeps until
+  pending batch that flushes as one batch-poller workflow when full (``batch``, the Composio article: 800)
+  or when its oldest has waited ``max_lag_s`` (the Composio article: 10 s). Between events it sleeps until
   the earliest fire time plus MaxLag, so at a steady rate a shard flushes every ~MaxLag and its
-  batches hold about rate x MaxLag / shards timers (seeds/003: 200-250 at 556 fires/s); a full
+  batches hold about rate x MaxLag / shards timers (the Composio article: 200-250 at 556 fires/s); a full
   batch closes only under a backlog. It continues as new, carrying the heap, when Temporal
   suggests it or its history passes ``history_bound``; its Continue-As-New payload is measured
   and a shard nearing Temporal's 2 MB limit splits (``workflows``).
@@ -25,11 +25,11 @@ Data flow:
   timer_cap)), so a run starts within the 5,000-timer cap instead of measuring a scale-out in
   progress. ``shards=N`` starts with exactly N; with neither, 4.
 
-Where it follows seeds/003 and where an option departs (every default is the seed's):
+Where it follows the Composio article and where an option departs (every default is the article's):
 
-* ``batch`` 800 flushed at MaxLag (seeds/003); a smaller ``batch`` closes batches on size.
-* ``skip_unchanged_state`` off: every commit writes the poll state, as the seed measured (TOAST
-  writes up a third); on, the optimisation the seed lists as "next on the list".
+* ``batch`` 800 flushed at MaxLag (the Composio article); a smaller ``batch`` closes batches on size.
+* ``skip_unchanged_state`` off: every commit writes the poll state, as the article measured (TOAST
+  writes up a third); on, the optimisation the article lists as "next on the list".
 * ``payload_limit_bytes`` 2 MiB (Temporal's default blob limit) and ``split_payload_frac`` 0.5.
 
 Crash semantics: cancelling ``run()`` shuts its worker down without releasing claims; Temporal
@@ -100,7 +100,7 @@ SHARDS_WHEN_UNKNOWN = 4  # the initial shard count when neither shards nor expec
 
 def initial_shards(shards: int, expected_timers: int, timer_cap: int, grow_target: float) -> int:
     """``shards`` when given (> 0); else the count the controller would grow to for
-    ``expected_timers`` timers: average utilisation ``grow_target`` of ``timer_cap`` (seeds/003:
+    ``expected_timers`` timers: average utilisation ``grow_target`` of ``timer_cap`` (the Composio article:
     60 % of 5,000); else :data:`SHARDS_WHEN_UNKNOWN`."""
     if shards > 0:
         return shards
@@ -127,22 +127,23 @@ def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
 class TemporalShardsScheduler:
     name = "temporal_shards"
     description = (
-        "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key (seeds/003 after)"
+        "Temporal timer-shard workflows, bounded-load ring, MaxLag batch pollers, Postgres by key "
+        "(the Composio article's after)"
     )
     default_options: dict[str, Any] = {
         # initial shard count; 0: what the controller would grow to for expected_timers, 60 % of the
-        # 5,000-timer cap (seeds/003), so a run starts within the cap (initial_shards). It grows from there
+        # 5,000-timer cap (the Composio article), so a run starts within the cap (initial_shards). It grows from there
         "shards": 0,
         EXPECTED_TIMERS: 0,  # timers the run will arm (a run sets its population size); 0: unknown
         "eps": 0.25,  # bounded-load slack: a shard holds at most ceil((1 + eps) * m / n) timers
-        "batch": 800,  # timers per full batch, default for every type (seeds/003: full batches of 800)
-        "max_lag_s": 10.0,  # seconds a due timer may wait for its batch (seeds/003: polling MaxLag)
-        "types": "",  # per-type overrides "type=batch/max_lag_s,..." (seeds/003: callbacks differ)
-        "timer_cap": 5000,  # timers per shard = 100 % utilisation (seeds/003: 5,000 for headroom)
+        "batch": 800,  # timers per full batch, default for every type (the Composio article: full batches of 800)
+        "max_lag_s": 10.0,  # seconds a due timer may wait for its batch (the Composio article: polling MaxLag)
+        "types": "",  # per-type overrides "type=batch/max_lag_s,..." (the Composio article: callbacks differ)
+        "timer_cap": 5000,  # timers per shard = 100 % utilisation (the Composio article: 5,000 for headroom)
         "history_bound": 10_000,  # events; a shard continues as new past this or when suggested
-        "controller_period_s": 30.0,  # seconds between controller reads (seeds/003: 30 s)
-        "grow_above": 0.8,  # average utilisation that grows the ring (seeds/003: 80 %)
-        "grow_target": 0.6,  # utilisation the grown ring aims at (seeds/003: 60 %)
+        "controller_period_s": 30.0,  # seconds between controller reads (the Composio article: 30 s)
+        "grow_above": 0.8,  # average utilisation that grows the ring (the Composio article: 80 %)
+        "grow_target": 0.6,  # utilisation the grown ring aims at (the Composio article: 60 %)
         "util_report_s": 10.0,  # seconds between a shard's utilisation reports
         "forward_horizon_s": 86_400.0,  # an overloaded shard forwards timers due later than this
         "lease_s": 30.0,  # batch activity heartbeat timeout and Postgres lease, seconds
@@ -153,9 +154,9 @@ class TemporalShardsScheduler:
         "max_concurrent_activities": 32,  # batch activities per worker
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
-        "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged (seeds/003: "next on the list")
-        "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (seeds/003: 2 MB)
-        # a shard whose Continue-As-New payload passes this share of the limit splits (not in the seed,
+        "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged ("next on the list")
+        "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (the article: 2 MB)
+        # a shard whose Continue-As-New payload passes this share of the limit splits (not in the article,
         # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
         "split_payload_frac": 0.5,
         # fillfactor_pct (of trigger and trigger_state; 50 leaves room for the two versions a fire
@@ -219,7 +220,7 @@ class TemporalShardsScheduler:
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
             redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
-            cancel=False,  # seeds/003: "There is no cancel operation"
+            cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
         )
@@ -522,10 +523,10 @@ class TemporalShardsScheduler:
         for (
             shard,
             count,
-            util,
+            _util,
             hist,
             can,
-            last_can,
+            _last_can,
             max_can_h,
             p_bytes,
             max_p_bytes,
@@ -615,7 +616,7 @@ class TemporalShardsScheduler:
         )
 
     async def disarm(self, ids: Sequence[str]) -> int:
-        """Migration reconcile only (seeds/003 has no cancel): see ``disarm`` in queries.sql."""
+        """Migration reconcile only (the Composio article has no cancel): see ``disarm`` in queries.sql."""
         if not ids:
             return 0
         await self._connect()

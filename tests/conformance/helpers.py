@@ -126,7 +126,7 @@ class Runner:
             await task
 
     async def stop_all(self) -> None:
-        for task, stop in self.tasks:
+        for _task, stop in self.tasks:
             stop.set()
         for task, _ in self.tasks:
             if not task.done():

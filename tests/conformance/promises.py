@@ -1,4 +1,4 @@
-"""The promises of DESIGN.md, written against the Scheduler interface only.
+"""The promises of docs/design.md, written against the Scheduler interface only.
 
 Each check takes a factory that makes a fresh, set-up scheduler and raises ``AssertionError``
 when the promise is broken. ``@promise`` registers it, naming the capability a backend must
@@ -102,7 +102,8 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
         assert ok, f"{len(missing)} of {len(timers)} timers never fired, e.g. {sorted(missing)[:3]}"
         # schedulers.base: every delivery came from a claim, and the backend counts its claims
         assert s.claimed_timers >= len(proc.received), (
-            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: every delivered timer was claimed"
+            f"claimed_timers is {s.claimed_timers} after {len(proc.received)} deliveries: "
+            "every delivered timer was claimed"
         )
         want = {t.id: t.fire_at for t in timers}
         limit = bound_s(s)  # max_lag_s + SLACK_S
@@ -230,7 +231,7 @@ async def check_crashed_owner_timers_are_redelivered(factory: Factory) -> None:
 
 @promise()
 async def check_owner_crashed_midway_through_a_stream_loses_nothing(factory: Factory) -> None:
-    """A processor that hands outcomes back as its polls finish (issue 21) and dies with half of
+    """A processor that hands outcomes back as its polls finish and dies with half of
     them out: whether the design commits per group or per batch, every timer's effect is recorded
     exactly once and none is left armed or lost."""
     async with running(factory) as (s, runner):

@@ -1,4 +1,4 @@
-"""The promises of DESIGN.md, run against every registered scheduler.
+"""The promises of docs/design.md, run against every registered scheduler.
 
 A backend joins by adding itself to ``schedulers.base.REGISTRY`` (with ``conformance_options``
 for short intervals); a promise joins by being registered with ``@promise`` in ``promises.py``.

@@ -28,7 +28,7 @@ def schedulers_under_test() -> list[str]:
     if "pg_leased" in REGISTRY:
         names.append("pg_leased")
     else:  # said, not silently skipped
-        warnings.warn("pg_leased is not registered: the report test runs memory only")
+        warnings.warn("pg_leased is not registered: the report test runs memory only", stacklevel=2)
     return names
 
 
@@ -93,7 +93,7 @@ def compared(bench, tmp_path_factory):
 
 
 def test_compare_ends_with_the_harness_calibration_and_each_backend_is_checked_against_it(compared):
-    """bench compare's last run is the memory scheduler at 3x the rate (issue 21): not a compared
+    """bench compare's last run is the memory scheduler at 3x the rate: not a compared
     column, but every backend's "harness ceiling" check reads it."""
     (cal,) = compared["calibrations"]
     config, summary = rundir.read_config(cal), rundir.read_summary(cal)

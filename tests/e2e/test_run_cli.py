@@ -92,7 +92,7 @@ def only_run_dir(out: Path) -> Path:
 # A design that cannot hold the smoke preset's 150 fires/s on the embedded stack runs this test
 # at a rate it holds; the test is about the run directory agreeing with its fires, not about
 # throughput. temporal_per_trigger costs the dev server a workflow iteration per fire (~6 SQLite
-# writes): 5-20 fires/s on 2 shared cores (seeds/003's argument, measured).
+# writes): 5-20 fires/s on 2 shared cores (the Composio article's argument, measured).
 SMOKE_RATE = {"temporal_per_trigger": "15/s"}
 
 
@@ -147,7 +147,7 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     assert cfg["load"]["periodic_triggers"] == cfg["workload"]["triggers"]
     if "expected_timers" in cfg["options"]:  # a backend that sizes itself was told the population
         assert cfg["options"]["expected_timers"] == cfg["workload"]["triggers"]
-    if scheduler == "temporal_shards":  # the ring it started with: within the cap (seeds/003), recorded
+    if scheduler == "temporal_shards":  # the ring it started with: within the cap (the Composio article), recorded
         o = cfg["options"]
         assert o["shards"] == initial_shards(0, cfg["workload"]["triggers"], o["timer_cap"], o["grow_target"])
     assert s["steady_state"] is False  # 8 s measured after a 2 s warm-up: the summary says so

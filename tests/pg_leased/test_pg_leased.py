@@ -80,7 +80,7 @@ async def test_two_run_loops_never_hold_the_same_row(pg_dsn, schema):
     overlaps = []
     for tid, ivs in proc.intervals.items():
         ivs.sort()
-        for (s1, e1, w1), (s2, e2, w2) in zip(ivs, ivs[1:]):
+        for (_s1, e1, w1), (s2, _e2, w2) in zip(ivs, ivs[1:]):
             if s2 < e1:
                 overlaps.append((tid, w1, w2, round(e1 - s2, 4)))
     assert not overlaps, f"{len(overlaps)} rows were held by two loops at once, e.g. {overlaps[:3]}"
@@ -242,7 +242,7 @@ async def test_failed_batch_is_redelivered_after_its_lease(pg_dsn, schema):
 
 
 async def test_rows_commit_as_their_polls_finish_and_a_crash_returns_only_the_rest(pg_dsn, schema):
-    """Outcomes streamed back per group commit per group (issue 21, head-of-line blocking): the
+    """Outcomes streamed back per group commit per group (head-of-line blocking): the
     fast half of a claim is re-armed while its slow half is still polling, and a crash then
     redelivers only the slow half."""
     s = await make(pg_dsn, schema, batch=10, inflight_batches=1, commit_per_group="always")
@@ -275,7 +275,7 @@ async def test_rows_commit_as_their_polls_finish_and_a_crash_returns_only_the_re
 
 @pytest.mark.parametrize("mode", ["never", "auto"])
 async def test_a_claim_commits_whole_when_its_slowest_poll_ends(pg_dsn, schema, mode):
-    """``commit_per_group=never`` is the seeds' batch, and so is ``auto`` while the run loop's room
+    """``commit_per_group=never`` is the articles' batch, and so is ``auto`` while the run loop's room
     is mostly free: a streaming processor's fast half waits for the slow half, and nothing of the
     claim is committed while it polls."""
     s = await make(pg_dsn, schema, batch=10, commit_per_group=mode)
@@ -298,7 +298,7 @@ async def test_a_claim_commits_whole_when_its_slowest_poll_ends(pg_dsn, schema, 
 class StatefulProcessor:
     """Every poll finds news: a new encrypted state (random bytes) and an effect.
 
-    Re-arms 0.5-0.8 s later: a fire cycle, compressed from seeds/003's 60-120 s intervals but
+    Re-arms 0.5-0.8 s later: a fire cycle, compressed from the Composio article's 60-120 s intervals but
     still long enough that the previous cycle's row versions are dead to every snapshot (and
     so prunable) when the next update comes, even on a loaded machine where one statement may
     stall for a few hundred ms. Re-arming at once would measure how fast pruning can chase a
@@ -339,7 +339,7 @@ def table_stats(dsn: str, schema: str, min_state_updates: int, timeout_s: float 
 
 @pytest.mark.parametrize(
     "state_bytes, inline_state",
-    # seeds/003's layout: a 4 kB encrypted state in TOAST; and a state small enough to stay in
+    # the Composio article's layout: a 4 kB encrypted state in TOAST; and a state small enough to stay in
     # the row with room for a second version (a 4 kB inline state cannot be HOT: two versions
     # do not fit in an 8 kB page; scripts/measure_pg_leased_knobs.py shows why it is still the
     # cheaper default).

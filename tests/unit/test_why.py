@@ -53,7 +53,7 @@ def test_per_trigger_beside_shards_cites_workflows_per_fire():
     assert "activities 1 against 0.004 (250.0x)" in said and "Achieved 15 against 150 fires/s" in said
     page = render_html(build_report([shards, per_trigger], with_figures=False))
     assert 'id="why"' in page
-    assert "Why the seed chose what it chose" in render_markdown(
+    assert "Why the Composio article chose what it chose" in render_markdown(
         build_report([shards, per_trigger], with_figures=False)
     )
 
