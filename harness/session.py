@@ -12,7 +12,7 @@ gracefully, asks the backend what it still holds (``export_armed``) so that ever
 never arrived is written as pending (still held: a backlog) or lost (not held: the run fails),
 writes the samples and ``summary.json``, tears down (unless ``keep``) and prints the summary.
 A complete run that lost a fire or duplicated a keyed effect exits with
-:data:`metrics.rundir.EXIT_INCORRECT`.
+:data:`metrics.accounting.EXIT_INCORRECT`.
 
 Ctrl-C or a crash of the scheduler still ends with a readable run directory: whatever was
 recorded is written and the summary says ``complete: false`` with the reason. A SIGKILL cannot
@@ -46,7 +46,7 @@ import numpy as np
 from rich.console import Console
 
 from harness import console as out
-from metrics import rundir
+from metrics import accounting, rundir
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
 CHECKPOINT_LEAD_S = 5.0  # the CHECKPOINT before the window starts this long before it (at most half the warm-up)
@@ -294,7 +294,7 @@ class RunSession:
         summary = getattr(self, "summary", None)
         if exit_code == 0 and summary is not None and not summary.get("correct", True):
             self.say("run FAILED its correctness promise: " + "; ".join(summary["failures"]))
-            exit_code = rundir.EXIT_INCORRECT
+            exit_code = accounting.EXIT_INCORRECT
         return exit_code
 
     async def _until_interrupted(self, coro):
@@ -697,7 +697,7 @@ class RunSession:
             self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
         await asyncio.to_thread(rundir.compact, self.run_dir, undelivered)  # segments -> fires/samples.parquet
         self._write_config()
-        summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
+        summary = accounting.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
         summary["warnings"].extend(extra.pop("warnings", []))
         summary.update(extra)
         if self.faults is not None:

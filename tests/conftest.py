@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from harness import stack as stack_mod
-from schedulers.base import StoreContext
+from schedulers.base import REGISTRY, StoreContext
 
 _RUNNING_AT_START: dict[str, bool] = {}
 
@@ -94,6 +94,21 @@ def temporal_address() -> str:
 def _schema_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:30].strip("_")
     return f"t_{base}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``--dist loadgroup`` (the Makefile's): a test file is one group, as under
+    ``loadfile``, except that a test parametrized over schedulers (the conformance suite) is one
+    group per scheduler, so the designs' suites run on different workers at once."""
+    for item in items:
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        group = item.nodeid.split("::", 1)[0]
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if isinstance(params.get("name"), str) and params["name"] in REGISTRY:
+            group = f"{group}[{params['name']}]"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
