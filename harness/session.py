@@ -46,6 +46,7 @@ import numpy as np
 from rich.console import Console
 
 from harness import console as out
+from harness.inputs import RunPlan
 from metrics import accounting, rundir
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
@@ -58,43 +59,25 @@ DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend wh
 
 
 class RunSession:
-    def __init__(
-        self,
-        cls,
-        options,
-        workload,
-        dsn,
-        temporal_address,
-        out_dir: Path,
-        keep: bool,
-        argv: list[str],
-        *,
-        nodes: int | None = None,
-        arm_load_per_s: float | None = None,
-        fault_specs=(),
-        label: str | None = None,
-        sample_every_s: float | None = None,
-        temporal_metrics: str | None = None,
-        checkpoint: str = "window",
-        calibrates: float | None = None,
-    ) -> None:
-        self.cls = cls
-        self.options = options
-        self.w = workload
-        self.dsn = dsn
-        self.temporal_address = temporal_address
-        self.out = out_dir
-        self.keep = keep
-        self.argv = argv
-        self.nodes = nodes
-        self.arm_load_per_s = arm_load_per_s
-        self.fault_specs = list(fault_specs)
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.cls = plan.cls
+        self.options = plan.options
+        self.w = plan.workload
+        self.dsn = plan.dsn
+        self.temporal_address = plan.temporal_address
+        self.out = plan.out
+        self.keep = plan.keep
+        self.argv = plan.argv
+        self.nodes = plan.nodes
+        self.arm_load_per_s = plan.arm_load_per_s
+        self.fault_specs = list(plan.fault_specs)
         self.expected_timers = 0  # the population's size, once built (a backend may size itself by it)
-        self.label = label  # the run's name in reports (default: the scheduler's)
-        self.sample_every_s = sample_every_s  # None: the sampler's default period
-        self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
-        self.checkpoint = checkpoint  # when to force a CHECKPOINT: "window", "warmup" or "off"
-        self.calibrates = calibrates  # a memory run measuring the harness's ceiling for runs at this rate
+        self.label = plan.label
+        self.sample_every_s = plan.sample_every_s
+        self.temporal_metrics = plan.temporal_metrics
+        self.checkpoint = plan.checkpoint
+        self.calibrates = plan.calibrates
         self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
         self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
