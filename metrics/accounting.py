@@ -203,6 +203,20 @@ def _column(fires: pa.Table, name: str, dtype) -> np.ndarray:
     return fires.column(name).to_numpy(zero_copy_only=False).astype(dtype)
 
 
+def first_deliveries(fires: Any) -> Any:
+    """One row per ``(timer_id, due_at)`` key of a fire log (a data frame with its columns):
+    the key's first delivery, or its undelivered row, with ``due_us`` (the key's due time at
+    the microseconds every store keeps) and ``due_eff`` = max(due_at, armed_at), when it became
+    due in the store (where the lag clock starts). The accounting and the reports both read
+    keys through this one de-duplication."""
+    due = fires["due_at"].to_numpy(dtype=np.float64)
+    d = fires.assign(
+        due_us=np.rint(due * 1e6).astype(np.int64),
+        due_eff=np.fmax(due, fires["armed_at"].to_numpy(dtype=np.float64)),
+    )
+    return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
+
+
 def fire_accounting(fires: pa.Table, measure_start: float, measure_end: float, on_time_s: float) -> dict[str, Any]:
     """Outcomes, rates' numerators and lag of the fires due in ``[measure_start, measure_end)``,
     and the whole run's correctness counts, from ``fires.parquet`` alone (see the module
@@ -220,16 +234,15 @@ def fire_accounting(fires: pa.Table, measure_start: float, measure_end: float, o
     held = np.asarray(fires.column("held_at_end").to_pylist(), dtype=object) if n else np.zeros(0, object)
     ids = np.asarray(fires.column("timer_id").to_pylist(), dtype=object) if n else np.zeros(0, object)
     delivered = ~np.isnan(fired_at)
-    due_us = np.rint(due * 1e6).astype(np.int64) if n else np.zeros(0, np.int64)
 
-    # one row per (timer_id, due_at): its first delivery, or its undelivered row
-    df = pd.DataFrame(
-        {"id": ids, "due_us": due_us, "fired": fired_at, "lag": lag, "due_eff": np.fmax(due, armed), "held": held}
+    first = first_deliveries(
+        pd.DataFrame(
+            {"timer_id": ids, "due_at": due, "armed_at": armed, "fired_at": fired_at, "lag_s": lag, "held": held}
+        )
     )
-    first = df.sort_values("fired", na_position="last", kind="stable").drop_duplicates(["id", "due_us"])
-    got = first["fired"].notna().to_numpy()
+    got = first["fired_at"].notna().to_numpy()
     due_eff = first["due_eff"].to_numpy()
-    key_lag = np.where(got, first["lag"].to_numpy(), np.inf)
+    key_lag = np.where(got, first["lag_s"].to_numpy(), np.inf)
     key_held = first["held"].to_numpy()
     in_window = (due_eff >= measure_start) & (due_eff < measure_end)
     before_window = due_eff < measure_start
@@ -239,7 +252,7 @@ def fire_accounting(fires: pa.Table, measure_start: float, measure_end: float, o
     late = w_got & (w_lag > on_time_s)
     not_held = np.array([h is False for h in w_held], bool)
     unknown = np.array([h is None for h in w_held], bool) & ~w_got
-    first_fired = first["fired"].to_numpy()
+    first_fired = first["fired_at"].to_numpy()
     outcomes = {
         "due": int(in_window.sum()),
         "on_time": int((w_got & ~late).sum()),

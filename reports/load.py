@@ -88,11 +88,7 @@ class Run:
         f = self.fires
         if f.empty or "due_at" not in f:
             return pd.DataFrame({"timer_id": [], "due_eff": [], "fired_at": [], "lag_s": []})
-        d = f.assign(
-            due_us=(f["due_at"] * 1e6).round().astype("int64"),
-            due_eff=np.fmax(f["due_at"].to_numpy(), f["armed_at"].to_numpy()),
-        )
-        return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
+        return accounting.first_deliveries(f)
 
     @property
     def measured_lags_ms(self) -> pd.Series:
