@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from metrics.bill import cost_figures, cost_warnings, run_metric_mean, table_figures
+from metrics.neighbour import neighbour_summary, readers_summary
 from metrics.rundir import (
     BACKEND_GAUGE,
     BATCH_BIN_WIDTH_GAUGE,
@@ -396,6 +397,9 @@ def compute_summary(
         warnings.append(f"{acc['early']:,} fires delivered before their due time (early; lag kept negative)")
     if not_steady:
         warnings.append("not steady state: " + "; ".join(not_steady))
+    neighbour = neighbour_summary(run_dir, measure_start, measure_end)
+    if neighbour and neighbour.get("error"):
+        warnings.append(f"neighbour: {neighbour['error']}")
     if measured_s <= 0 and complete:
         warnings.append("empty measured window")
 
@@ -432,6 +436,8 @@ def compute_summary(
         **tables,
         **costs,
         "harness": harness_cpu(cfg, measured_s, n_fires),
+        "neighbour": neighbour,
+        "readers": readers_summary(run_dir),
         "unavailable": unavailable,
         "warnings": warnings,
         # what the reader of the cost figures must know (they are shown as warnings in the

@@ -40,6 +40,8 @@ FILES: dict[str, bytes] = {
     "header-only.csv": HEADER.encode(),
     "empty.csv": b"",
     "list.yaml": b"- rate: 10/s\n- duration: 5s\n",
+    "bad.pgbench": b"\\set aid random(1,\nSELECT 1;\n",
+    "empty.pgbench": b"  \n",
     "scalar.yaml": b"just words\n",
     "unknown.yaml": b"rate: 10/s\ncolour: red\n",
     "twice.yaml": b"rate: 10/s\nduration: 5s\nrate: 20/s\n",
@@ -247,6 +249,17 @@ CASES = [
         "--allow-unauthenticated",
     ),
     ("serve --opt", ["serve", "--scheduler", "pg_leased", "--opt", "lease_s=inf"], "lease_s"),
+    ("run --neighbour unknown", [*RUN, "--neighbour", "tpcc"], "--neighbour 'tpcc'"),
+    ("run --neighbour-rate 0", [*RUN, "--neighbour", "oltp", "--neighbour-rate", "0"], "--neighbour-rate"),
+    ("run --neighbour-rate negative", [*RUN, "--neighbour", "oltp", "--neighbour-rate", "-5"], "--neighbour-rate"),
+    ("run --neighbour-rate nan", [*RUN, "--neighbour", "oltp", "--neighbour-rate", "nan"], "--neighbour-rate"),
+    ("run --neighbour-rate alone", [*RUN, "--neighbour-rate", "50"], "--neighbour-rate needs"),
+    ("run --neighbour-script missing", [*RUN, "--neighbour-script", "absent.pgbench"], "no such file"),
+    ("run --neighbour-script empty", [*RUN, "--neighbour-script", "empty.pgbench"], "empty"),
+    ("run --neighbour-script rejected", [*RUN, "--neighbour-script", "bad.pgbench"], "pgbench rejects it"),
+    ("run --readers no duration", [*RUN, "--readers", "3"], "--readers '3'"),
+    ("run --readers zero", [*RUN, "--readers", "0x10s"], "--readers"),
+    ("run --readers bad duration", [*RUN, "--readers", "2xlong"], "--readers"),
 ]
 
 
