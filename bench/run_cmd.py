@@ -91,6 +91,16 @@ from harness.errors import UsageError
     help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
     "(default: the embedded dev server's).",
 )
+@click.option(
+    "--soak",
+    "soak",
+    is_flag=True,
+    help="A soak (what `bench soak` runs): per-bin trends with a steady/growing verdict each, and with "
+    "--readers, the readers over the middle third of the window and the recovery after.",
+)
+@click.option(
+    "--soak-bin", "soak_bin", default=None, help="With --soak: the trends' bin (default 1m, shorter under 20m)."
+)
 @neighbour_options
 @stack_options
 def run(
@@ -114,6 +124,8 @@ def run(
     neighbour_rate=None,
     neighbour_script=None,
     readers=None,
+    soak=False,
+    soak_bin=None,
     **workload,
 ) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
@@ -144,6 +156,7 @@ def run(
             "use `bench calibrate` to make one"
         )
     sample_every_s = parse_sample_every(sample_every)
+    soak_bin_s = soak_bin_option(soak, soak_bin, plan.workload.duration_s)
     if temporal_metrics is not None:
         temporal_metrics = parse_url_option("--temporal-metrics", temporal_metrics)
     note = lambda m: click.echo(f"note: {m}", err=True)  # noqa: E731
@@ -167,6 +180,7 @@ def run(
             checkpoint=checkpoint,
             calibrates=calibrates,
             neighbour_dsn=neighbour_dsn,
+            soak_bin_s=soak_bin_s,
         )
     )
     code = asyncio.run(session.main())
@@ -196,4 +210,22 @@ def check_run_args(args: list[str]) -> dict:
         neighbour_script=p["neighbour_script"],
         readers=p["readers"],
     )
+    soak_bin_option(p["soak"], p["soak_bin"], 60.0)
     return p
+
+
+def soak_bin_option(soak: bool, text: str | None, duration_s: float) -> float | None:
+    """``--soak-bin``, checked: None without ``--soak``."""
+    from harness.inputs import parse_duration_option
+    from harness.soak import default_bin_s
+
+    if not soak:
+        if text is not None:
+            raise UsageError("--soak-bin needs --soak (or `bench soak`)")
+        return None
+    if text is None:
+        return default_bin_s(duration_s)
+    bin_s = parse_duration_option("--soak-bin", text)
+    if bin_s < 1.0:
+        raise UsageError(f"bad --soak-bin {text!r}; give at least 1s")
+    return bin_s

@@ -307,7 +307,7 @@ class RunPlan:
     calibrates: float | None = None  # a memory run measuring the harness's ceiling at this rate
     neighbour: Any = None  # harness.neighbour.NeighbourSpec: --neighbour
     readers: Any = None  # harness.neighbour.ReadersSpec: --readers
-    readers_stop_s: float | None = None  # readers stop this long after the window opens (None: at its end)
+    soak_bin_s: float | None = None  # bench soak: the trends' bin (None: not a soak)
     neighbour_dsn: str | None = None  # where the neighbour and readers run (the scheduler's, or the embedded one)
 
 

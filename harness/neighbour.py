@@ -223,7 +223,12 @@ class Neighbour:
         argv = [str(self.pgbench), "-i", "-q", "-s", str(self.spec.scale)]
         with open(self.dir / "pgbench-init.txt", "wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self.env("init"), start_new_session=True
+                *argv,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self.env("init"),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
             try:
                 rc = await asyncio.wait_for(proc.wait(), INIT_TIMEOUT_S)
@@ -267,6 +272,7 @@ class Neighbour:
                 stderr=asyncio.subprocess.STDOUT,
                 env=self.env(prefix),
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             out.close()
@@ -311,6 +317,17 @@ class Neighbour:
             await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: a SIGKILLed run must not leave pgbench loading the server for the
+    rest of its -T (Linux's PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except Exception:
+        pass
+
+
 async def _end(p: asyncio.subprocess.Process, wait_s: float = 1.0) -> None:
     if p.returncode is not None:
         return
@@ -328,7 +345,8 @@ async def _end(p: asyncio.subprocess.Process, wait_s: float = 1.0) -> None:
 
 
 class Readers:
-    """N overlapping REPEATABLE READ snapshots, staggered, until ``stop_at`` or ``stop``."""
+    """N overlapping REPEATABLE READ snapshots, staggered, from ``start_at`` until ``stop_at`` or
+    ``stop``."""
 
     def __init__(self, spec: ReadersSpec, dsn: str, run_dir: Path, schema: str | None, say: Callable[[str], None]):
         self.spec = spec
@@ -347,11 +365,14 @@ class Readers:
             )
         return sql.SQL("SELECT count(*) FROM pg_catalog.pg_class")
 
-    async def run(self, stop_at: float, stop: asyncio.Event) -> None:
+    async def run(self, start_at: float, stop_at: float, stop: asyncio.Event) -> None:
+        now = time.time()
         self.say(
             f"readers: {self.spec.count} x {self.spec.hold_s:g} s REPEATABLE READ snapshots, staggered, "
-            f"until T+{stop_at - time.time():.0f} s"
+            f"from T+{max(0.0, start_at - now):.0f} s to T+{stop_at - now:.0f} s"
         )
+        if await _wait(stop, max(0.0, start_at - now)):
+            return
         await asyncio.gather(*(self._reader(i, stop_at, stop) for i in range(self.spec.count)))
 
     async def _reader(self, i: int, stop_at: float, stop: asyncio.Event) -> None:

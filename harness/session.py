@@ -90,7 +90,8 @@ class RunSession:
         self.faults = None  # harness.faults.FaultInjector, with --fault
         self.neighbour_spec = plan.neighbour
         self.readers_spec = plan.readers
-        self.readers_stop_s = plan.readers_stop_s
+        self.soak_bin_s = plan.soak_bin_s
+        self.claims = None  # harness.soak.ClaimStatements, in a soak
         self.neighbour_dsn = plan.neighbour_dsn or plan.dsn
         self.neighbour = None  # harness.neighbour.Neighbour, with --neighbour
         self.readers = None  # harness.neighbour.Readers, with --readers
@@ -135,6 +136,13 @@ class RunSession:
             from metrics.neighbour import ratio_text
 
             self.say(ratio_text(s["neighbour"]))
+        if s.get("soak"):
+            from metrics.soak import verdict_lines
+
+            so = s["soak"]
+            self.say(f"soak ({so['state']}), trends over {so['trend_span']['what']}, {so['bin_s']:g} s bins:")
+            for line in verdict_lines(so):
+                self.say(f"  {line}")
         if s.get("readers"):
             r = s["readers"]
             self.say(f"readers: {len(r['holds'])} REPEATABLE READ snapshots of {r['hold_s']:g} s held by {r['count']}")
@@ -211,6 +219,9 @@ class RunSession:
             "load": self.load,
             "neighbour": None if self.neighbour is None else self.neighbour.record,
             "readers": None if self.readers_spec is None else self._readers_record(),
+            "soak": None
+            if self.soak_bin_s is None
+            else {"bin_s": self.soak_bin_s, "claim_statements": self.claims.describe() if self.claims else None},
             # bench calibrate: this memory run is the harness's own ceiling for runs of the same
             # workload shape at ``for_rate`` (reports.harness_ceiling)
             "calibration": None
@@ -219,7 +230,11 @@ class RunSession:
         }
 
     def _readers_record(self) -> dict[str, Any]:
-        return {**self.readers_spec.to_json(), "stop_at": self.window.get("readers_stop_at")}
+        return {
+            **self.readers_spec.to_json(),
+            "start_at": self.window.get("readers_start_at"),
+            "stop_at": self.window.get("readers_stop_at"),
+        }
 
     def _write_config(self) -> None:
         rundir.write_json(self.run_dir / rundir.CONFIG, self._config())
@@ -353,9 +368,15 @@ class RunSession:
         self.recorder.measure_start = self.window["measure_start"]
         self.recorder.measure_end = self.window["measure_end"]
         await self.workers.stop_rearming_at(self.window["measure_end"])  # the drain re-arms nothing
-        if self.readers_spec is not None:
-            stop_s = w.duration_s if self.readers_stop_s is None else min(w.duration_s, self.readers_stop_s)
-            self.window["readers_stop_at"] = self.window["measure_start"] + stop_s
+        if self.readers_spec is not None and self.soak_bin_s is not None:
+            from harness.soak import READERS_FROM, READERS_UNTIL
+
+            # a soak: the level before, the readers' load, then the recovery, a third each
+            self.window["readers_start_at"] = self.window["measure_start"] + READERS_FROM * w.duration_s
+            self.window["readers_stop_at"] = self.window["measure_start"] + READERS_UNTIL * w.duration_s
+        elif self.readers_spec is not None:
+            self.window["readers_start_at"] = self.window["arm_start"]
+            self.window["readers_stop_at"] = self.window["measure_end"]
         self._write_config()
         if self.neighbour is not None:
             await self.neighbour.start(self.window["measure_end"] - time.time())
@@ -396,7 +417,25 @@ class RunSession:
 
             schema = None if self.neighbour is None else self.neighbour.schema
             self.readers = Readers(self.readers_spec, self.neighbour_dsn, self.run_dir, schema, self.say)
-            helpers.append(asyncio.create_task(self.readers.run(self.window["readers_stop_at"], stop)))
+            helpers.append(
+                asyncio.create_task(
+                    self.readers.run(self.window["readers_start_at"], self.window["readers_stop_at"], stop)
+                )
+            )
+        if self.soak_bin_s is not None:
+            from harness.soak import ClaimStatements
+
+            self.claims = ClaimStatements(self.cls, self.dsn, self.run_dir, self.soak_bin_s)
+            helpers.append(
+                asyncio.create_task(
+                    self.claims.run(
+                        self.sampler.extensions.get("pg_stat_statements"),
+                        self.window,
+                        lambda: self._window_opened,
+                        stop,
+                    )
+                )
+            )
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
         self.say(
             f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "

@@ -40,6 +40,7 @@ from metrics.rundir import (
     read_samples,
     run_state,
 )
+from metrics.soak import soak_analysis
 
 RATE_HELD_SHARE = 0.95  # achieved below 95% of offered, or offered below 95% of target: rate not held
 
@@ -438,12 +439,21 @@ def compute_summary(
         "harness": harness_cpu(cfg, measured_s, n_fires),
         "neighbour": neighbour,
         "readers": readers_summary(run_dir),
+        "soak": _soak(run_dir, measure_start, measure_end, complete),
         "unavailable": unavailable,
         "warnings": warnings,
         # what the reader of the cost figures must know (they are shown as warnings in the
         # report), kept apart from the run's own problems above
         "measurement_notes": cost_warnings(window, tables, costs),
     }
+
+
+def _soak(run_dir: Path, start: float, end: float, complete: bool) -> dict[str, Any] | None:
+    """``bench soak``'s trends (:mod:`metrics.soak`), marked interrupted when the run did not finish."""
+    analysis = soak_analysis(run_dir, start, end)
+    if analysis is None:
+        return None
+    return {"state": "complete" if complete else "interrupted", **analysis}
 
 
 def harness_cpu(cfg: dict[str, Any], measured_s: float, fires: int) -> dict[str, Any] | None:
