@@ -18,7 +18,8 @@ Per bin:
 
 Each series but ``autovacuum_runs`` and ``xmin_age_s`` gets a verdict, "steady" or "growing"
 (:func:`metrics.trend.verdict`), over the span the readers held the horizon when there were
-readers, else over the whole window. **Recovery**: after the readers stop, how long until dead
+readers (when it has 3 bins or more: a soak killed before then is judged over what it recorded),
+else over the whole window. **Recovery**: after the readers stop, how long until dead
 tuples and claim time come back to their level before the readers started (the median of the
 bins before, with :data:`RECOVERY_TOLERANCE`); None when they had not by the end.
 """
@@ -173,12 +174,14 @@ def soak_analysis(run_dir: str | Path, measure_start: float, measure_end: float)
         series["neighbour_p99_ms"] = [nb.figures(e, lat, lo, hi)["p99_ms"] for lo, hi in bins]
     window = cfg.get("window") or {}
     r_start, r_stop = window.get("readers_start_at"), window.get("readers_stop_at")
+    span = (measure_start, measure_end)
+    span_name = "the whole measured window"
     if r_start is not None and r_stop is not None:
-        span = (float(r_start), min(float(r_stop), measure_end))
-        span_name = "while the readers held the horizon"
-    else:
-        span = (measure_start, measure_end)
-        span_name = "the whole measured window"
+        held = (float(r_start), min(float(r_stop), measure_end))
+        if sum(1 for lo, hi in bins if held[0] <= lo + (hi - lo) / 2 < held[1]) >= 3:
+            span, span_name = held, "the span the readers held the horizon"
+        else:  # an interrupted soak that stopped before (or soon after) the readers began
+            span_name = "the whole measured window (the readers' span has fewer than 3 bins)"
     trends = {}
     for name in JUDGED:
         if name not in series:

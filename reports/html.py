@@ -17,6 +17,7 @@ from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.load import Run
 from reports.model import Report
+from reports.neighbour import section_neighbour_html
 from reports.plots import scheduler_colour
 from reports.sweep import section_sweep_html
 from reports.tables import (
@@ -410,6 +411,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
     section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
     section_summary,
+    section_neighbour_html,  # reports/neighbour.py: only with --neighbour, --readers or --soak
     section_narrative,
     section_bloat,
     section_statements,

@@ -12,6 +12,7 @@ from reports.checks import run_checks, warning_lines
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.model import Report
+from reports.neighbour import section_neighbour_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (
     ENVIRONMENT_ROWS,
@@ -307,6 +308,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_sweep_markdown,
     section_capacity_markdown,
     md_summary,
+    section_neighbour_markdown,
     md_narrative,
     md_bloat,
     md_statements,
