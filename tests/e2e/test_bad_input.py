@@ -260,6 +260,19 @@ CASES = [
     ("run --readers no duration", [*RUN, "--readers", "3"], "--readers '3'"),
     ("run --readers zero", [*RUN, "--readers", "0x10s"], "--readers"),
     ("run --readers bad duration", [*RUN, "--readers", "2xlong"], "--readers"),
+    ("run --soak-bin without --soak", [*RUN, "--soak-bin", "5s"], "--soak-bin needs --soak"),
+    ("soak --soak-bin 0", ["soak", "--scheduler", "pg_leased", "--soak-bin", "0s", "--out", "runs"], "--soak-bin"),
+    ("soak --duration", ["soak", "--scheduler", "pg_leased", "--duration", "nan", "--out", "runs"], "--duration"),
+    (
+        "soak --neighbour-script rejected",
+        ["soak", "--scheduler", "pg_leased", "--neighbour-script", "bad.pgbench", "--out", "runs"],
+        "pgbench rejects it",
+    ),
+    (
+        "compare --neighbour-rate",
+        ["compare", "--schedulers", "pg_leased", "--neighbour", "oltp", "--neighbour-rate", "0", "--out", "runs"],
+        "--neighbour-rate",
+    ),
 ]
 
 
