@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from metrics.bill import cost_figures, cost_warnings, run_metric_mean, table_figures
 from metrics.neighbour import neighbour_summary, readers_summary
+from metrics.neighbour import problems as neighbour_problems
 from metrics.rundir import (
     BACKEND_GAUGE,
     BATCH_BIN_WIDTH_GAUGE,
@@ -401,6 +402,7 @@ def compute_summary(
     neighbour = neighbour_summary(run_dir, measure_start, measure_end)
     if neighbour and neighbour.get("error"):
         warnings.append(f"neighbour: {neighbour['error']}")
+    warnings.extend(neighbour_problems(neighbour))
     if measured_s <= 0 and complete:
         warnings.append("empty measured window")
 

@@ -29,6 +29,7 @@ import numpy as np
 from metrics import rundir
 
 MINUTE_S = 60.0
+KEPT_RATE = 0.9  # a neighbour below 90% of its rate fell behind its schedule: its latency is queueing
 
 
 def log_files(run_dir: str | Path, prefix: str) -> list[Path]:
@@ -117,6 +118,24 @@ def neighbour_summary(run_dir: str | Path, measure_start: float, measure_end: fl
     r99 = out["run"]["p99_ms"]
     out["p99_ratio"] = r99 / b99 if r99 is not None and b99 else None
     out["error"] = spec.get("error")
+    return out
+
+
+def problems(neighbour: dict[str, Any] | None) -> list[str]:
+    """Warnings: a window in which the neighbour could not keep its rate (the machine or the server
+    was saturated, so its latency is mostly the queue of transactions behind schedule)."""
+    if not neighbour:
+        return []
+    out = []
+    rate = neighbour.get("rate_per_s") or 0.0
+    for name, when in (("baseline", "alone"), ("run", "beside the scheduler")):
+        f = neighbour.get(name) or {}
+        tps = f.get("tx_per_s")
+        if rate and tps is not None and tps < KEPT_RATE * rate:
+            out.append(
+                f"the neighbour {when} ran {tps:,.0f} of its {rate:g} tx/s: it fell behind its schedule, so its "
+                f"latency is mostly queueing (lower --neighbour-rate for a neighbour the server can keep up with)"
+            )
     return out
 
 
