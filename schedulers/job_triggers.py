@@ -171,7 +171,9 @@ class JobTriggers:
     async def table_exists(self, table: str) -> bool:
         pool = await self.open()
         async with pool.connection() as conn:
-            row = await (await conn.execute(self.q["table_exists"], {"table": qualified(self.ctx.schema, table)})).fetchone()
+            row = await (
+                await conn.execute(self.q["table_exists"], {"table": qualified(self.ctx.schema, table)})
+            ).fetchone()
         return bool(row[0])
 
     async def schema_tables(self) -> list[str]:
@@ -201,7 +203,8 @@ class JobTriggers:
         async with pool.connection() as conn:
             async with conn.transaction():
                 old = {
-                    r[0]: (r[1], r[2]) for r in await (await conn.execute(self.q["lock_triggers"], {"ids": ids})).fetchall()
+                    r[0]: (r[1], r[2])
+                    for r in await (await conn.execute(self.q["lock_triggers"], {"ids": ids})).fetchall()
                 }
                 rows = await (
                     await conn.execute(
@@ -225,7 +228,9 @@ class JobTriggers:
                 if moved:
                     self.cancelled_jobs += await self.cancel(conn, moved)
                 prio = {t.id: t.priority for t in ts}
-                await self.defer(conn, [Pending(tid, version, us(fire_at), prio[tid]) for tid, version, fire_at in rows])
+                await self.defer(
+                    conn, [Pending(tid, version, us(fire_at), prio[tid]) for tid, version, fire_at in rows]
+                )
 
     async def disarm(self, ids: Sequence[str]) -> int:
         if not ids:
@@ -316,7 +321,9 @@ class JobTriggers:
         pool = await self.open()
         async with pool.connection() as conn:
             async with conn.transaction():
-                new_version, effect, state_written = await (await conn.execute(self.q["commit_fire"], params)).fetchone()
+                new_version, effect, state_written = await (
+                    await conn.execute(self.q["commit_fire"], params)
+                ).fetchone()
                 if new_version is None:
                     self.fenced_commits += 1  # moved or disarmed while polled: the move's job fires instead
                     return False

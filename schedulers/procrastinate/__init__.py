@@ -138,7 +138,9 @@ class ProcrastinateScheduler:
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
         self.options = o = resolve_options(self.name, self.default_options, options, self.option_ranges)
         if o["delete_jobs"] not in DELETE_JOBS:
-            raise ValueError(f"{self.name}: delete_jobs must be one of {', '.join(DELETE_JOBS)}, got {o['delete_jobs']!r}")
+            raise ValueError(
+                f"{self.name}: delete_jobs must be one of {', '.join(DELETE_JOBS)}, got {o['delete_jobs']!r}"
+            )
         self.ctx = ctx
         self.rows = JobTriggers(self.name, ctx, o, self._defer, self._cancel)
         self.lease_s = float(o["lease_s"])
@@ -304,9 +306,9 @@ class ProcrastinateScheduler:
                 worker.cancel()
             with contextlib.suppress(Exception):
                 await app.connector.close_async()
-            if worker.done() and not worker.cancelled() and not run.crashed.is_set():
-                exc = worker.exception()
-                if exc is not None and not isinstance(exc, Crash):
+            if worker.done() and not worker.cancelled():
+                exc = worker.exception()  # retrieved either way: after a crash it is the severed pool's
+                if exc is not None and not run.crashed.is_set() and not isinstance(exc, Crash):
                     log.warning("%s: worker %s ended with %r", self.name, run.worker, exc)
 
     async def _sweep(self, app: procrastinate.App, stop: asyncio.Event) -> None:
