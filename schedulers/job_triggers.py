@@ -87,6 +87,8 @@ class Crash(Exception):
 async def unless_crashed(aw: Awaitable[Any], crashed: asyncio.Event) -> Any:
     """``aw``'s result, or :class:`Crash` as soon as ``crashed`` is set (``aw`` is cancelled)."""
     if crashed.is_set():
+        if asyncio.iscoroutine(aw):
+            aw.close()
         raise Crash("the run crashed")
     work = asyncio.ensure_future(aw)
     dead = asyncio.ensure_future(crashed.wait())
@@ -155,10 +157,14 @@ class JobTriggers:
         self.cancelled_jobs = 0  # pending jobs a move or disarm cancelled through the library
         self.batch_sizes = BatchSizes()
 
+    def application_name(self, role: str) -> str:
+        """``<schema> <design> <role>``: the sessions of one store, told apart in pg_stat_activity."""
+        return f"{self.ctx.schema} {self.name} {role}"[:63]
+
     async def open(self) -> AsyncConnectionPool:
         if self.pool is None:
             self.pool = await open_search_path_pool(
-                self.ctx.dsn, self.ctx.schema, f"{self.name}-{self.ctx.schema}"[:60], int(self.options["pool_size"])
+                self.ctx.dsn, self.ctx.schema, self.application_name("pool"), int(self.options["pool_size"])
             )
         return self.pool
 

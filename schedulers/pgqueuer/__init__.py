@@ -231,7 +231,7 @@ class PgqueuerScheduler:
         conn = await psycopg.AsyncConnection.connect(
             self.ctx.dsn,
             autocommit=True,
-            application_name=f"{self.name}-{run.worker}"[:60],
+            application_name=self.rows.application_name(run.worker),
             options=search_path_options(self.name, self.ctx.schema),
         )
         qm = QueueManager(Queries(PsycopgDriver(conn), **self._builders))

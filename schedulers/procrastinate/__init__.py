@@ -242,7 +242,7 @@ class ProcrastinateScheduler:
                 min_size=1,
                 max_size=int(o["worker_pool_size"]),
                 kwargs={
-                    "application_name": f"{self.name}-{run.worker}"[:60],
+                    "application_name": self.rows.application_name(run.worker),
                     "options": search_path_options(self.name, self.ctx.schema),
                 },
             )
