@@ -31,9 +31,12 @@ library's own count, kept as it is.
 
 Settings (``default_options``), each with its reason:
 
-* one ``psycopg`` connection per run loop for the QueueManager (dequeue, heartbeats, status log,
-  LISTEN), as PgQueuer's documentation sets it up (``PsycopgDriver(connection)``); the fires'
-  reads, commits and enqueues use this design's pool.
+* ``driver=asyncpg``: one asyncpg connection per run loop for the QueueManager (dequeue,
+  heartbeats, status log, LISTEN), ``AsyncpgDriver(connection)``, as PgQueuer's quickstart sets
+  it up and its CLI chooses first; the fires' reads, commits and enqueues use this design's
+  psycopg pool. ``driver=psycopg`` (``PsycopgDriver``) is measured too: psycopg's ``notifies()``
+  holds the connection's lock while it waits (PgQueuer's watcher waits up to 1 s), so every
+  dequeue, heartbeat and status-log write of the QueueManager queues behind the next NOTIFY.
 * ``batch_size=10`` (PgQueuer's default) jobs per dequeue.
 * ``max_concurrent_tasks=100``: at 556 fires/s with the production provider latency (120 ms
   median, 900 ms p99) about 70 polls are in flight on average; the library's default is
@@ -86,6 +89,7 @@ from pgqueuer.adapters.persistence import qb
 from pgqueuer.domain.settings import DBSettings
 from pgqueuer.executors import DatabaseRetryEntrypointExecutor
 from pgqueuer.models import Job
+from psycopg.conninfo import conninfo_to_dict
 
 from schedulers.base import Capabilities, Processor, Range, StoreContext, Timer, nap, resolve_options
 from schedulers.job_triggers import OUR_TABLES, JobTriggers, Pending, RunState, search_path_options
@@ -95,6 +99,18 @@ from schedulers.sqlfile import Queries as SqlQueries
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
 ENTRYPOINT = "timerbench_fire"  # the one PgQueuer entrypoint: fire a trigger's job
+DRIVERS = ("asyncpg", "psycopg")
+
+
+async def close_connection(conn: Any, hard: bool) -> None:
+    """Close the QueueManager's connection; ``hard``: at once, as a dead process's would (asyncpg's
+    ``terminate``; psycopg's ``close`` is immediate anyway)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        await conn.close()
+    elif hard:
+        conn.terminate()
+    elif not conn.is_closed():
+        await conn.close(timeout=5)
 
 
 def dedupe_key(trigger_id: str, version: int) -> str:
@@ -105,6 +121,8 @@ class PgqueuerScheduler:
     name = "pgqueuer"
     description = "PgQueuer: a job per fire (execute_after, dedupe_key), re-armed by the entrypoint, on Postgres"
     default_options: dict[str, Any] = {
+        # the QueueManager's connection: asyncpg (PgQueuer's CLI tries it first) or psycopg
+        "driver": "asyncpg",
         "batch_size": 10,  # jobs per dequeue (PgQueuer's default)
         "max_concurrent_tasks": 100,  # jobs one QueueManager runs at once (PgQueuer's default: unlimited)
         "lease_s": 30.0,  # heartbeat_timeout: a picked job silent this long is re-picked (default 30)
@@ -133,6 +151,8 @@ class PgqueuerScheduler:
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
         self.options = o = resolve_options(self.name, self.default_options, options, self.option_ranges)
+        if o["driver"] not in DRIVERS:
+            raise ValueError(f"{self.name}: driver must be one of {', '.join(DRIVERS)}, got {o['driver']!r}")
         if int(o["max_concurrent_tasks"]) < 2 * int(o["batch_size"]):
             raise ValueError(f"{self.name}: max_concurrent_tasks must be at least twice batch_size (PgQueuer's rule)")
         self.ctx = ctx
@@ -224,17 +244,38 @@ class PgqueuerScheduler:
 
     # -- the run loop ----------------------------------------------------------------------------
 
+    async def _qm_connection(self, worker: str) -> tuple[Any, Any]:
+        """The QueueManager's own connection (search_path on the run's schema) and its driver."""
+        name = self.rows.application_name(worker)
+        if self.options["driver"] == "psycopg":
+            conn = await psycopg.AsyncConnection.connect(
+                self.ctx.dsn,
+                autocommit=True,
+                application_name=name,
+                options=search_path_options(self.name, self.ctx.schema),
+            )
+            return conn, PsycopgDriver(conn)
+        import asyncpg
+        from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
+
+        p = conninfo_to_dict(self.ctx.dsn)
+        search_path_options(self.name, self.ctx.schema)  # the same check as psycopg's connections
+        conn = await asyncpg.connect(
+            host=p.get("host"),
+            port=int(p["port"]) if p.get("port") else None,
+            user=p.get("user"),
+            password=p.get("password"),
+            database=p.get("dbname"),
+            server_settings={"search_path": self.ctx.schema, "application_name": name},
+        )
+        return conn, AsyncpgDriver(conn)
+
     async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         o = self.options
         run = RunState(processors, worker_id or f"pgqueuer-{os.getpid()}-{os.urandom(3).hex()}")
         await self.rows.open()
-        conn = await psycopg.AsyncConnection.connect(
-            self.ctx.dsn,
-            autocommit=True,
-            application_name=self.rows.application_name(run.worker),
-            options=search_path_options(self.name, self.ctx.schema),
-        )
-        qm = QueueManager(Queries(PsycopgDriver(conn), **self._builders))
+        conn, driver = await self._qm_connection(run.worker)
+        qm = QueueManager(Queries(driver, **self._builders))
         rows = self.rows
 
         @qm.entrypoint(
@@ -268,7 +309,7 @@ class PgqueuerScheduler:
             # way out (log its jobs canceled, heartbeat) reaches the database; then its jobs
             # abandon their polls.
             with contextlib.suppress(Exception):
-                await conn.close()
+                await close_connection(conn, hard=True)
             run.crashed.set()
             worker.cancel()
             await asyncio.wait({worker}, timeout=30)
@@ -282,4 +323,4 @@ class PgqueuerScheduler:
                 if exc is not None and not run.crashed.is_set():
                     log.warning("%s: QueueManager %s ended with %r", self.name, run.worker, exc)
             with contextlib.suppress(Exception):
-                await conn.close()
+                await close_connection(conn, hard=False)
