@@ -34,9 +34,11 @@ Settings (``default_options``), each with its reason:
 * ``driver=asyncpg``: one asyncpg connection per run loop for the QueueManager (dequeue,
   heartbeats, status log, LISTEN), ``AsyncpgDriver(connection)``, as PgQueuer's quickstart sets
   it up and its CLI chooses first; the fires' reads, commits and enqueues use this design's
-  psycopg pool. ``driver=psycopg`` (``PsycopgDriver``) is measured too: psycopg's ``notifies()``
-  holds the connection's lock while it waits (PgQueuer's watcher waits up to 1 s), so every
-  dequeue, heartbeat and status-log write of the QueueManager queues behind the next NOTIFY.
+  psycopg pool. ``driver=psycopg`` (``PsycopgDriver``) is the other way PgQueuer supports:
+  psycopg's ``notifies()`` holds the connection's lock while it waits (PgQueuer's watcher waits
+  up to 1 s), so the QueueManager's queries wait for the next NOTIFY or that second; at this
+  project's rates a NOTIFY comes every few milliseconds, and the two measured alike
+  (``MEASUREMENTS.md``).
 * ``batch_size=10`` (PgQueuer's default) jobs per dequeue.
 * ``max_concurrent_tasks=100``: at 556 fires/s with the production provider latency (120 ms
   median, 900 ms p99) about 70 polls are in flight on average; the library's default is
