@@ -57,9 +57,11 @@ Settings (``default_options``), each with its reason:
 
 Capabilities, honestly:
 
-* ``max_lag_s`` = ``dispatch_allowance_s`` (10 s): PgQueuer wakes at the next ``execute_after``
+* ``max_lag_s`` = ``dispatch_allowance_s`` (20 s): PgQueuer wakes at the next ``execute_after``
   by itself (at least every 0.1 s), so the bound is per-job overhead under load: a dequeue per
   batch, heartbeats, a status-log write per job, and this design's read, commit and enqueue.
+  On this 2-core machine, shared at load ~20, one QueueManager held ~22 fires/s, so a burst of
+  400 timers due at once (the conformance suite's) takes ~18 s; the allowance covers that.
 * ``per_tenant_fairness`` off: PgQueuer dequeues by priority, then id; its concurrency limits
   are per entrypoint, not per tenant.
 * ``heartbeat_leases`` on: a live worker heartbeats every job it runs, so a slow job keeps it.
@@ -130,7 +132,7 @@ class PgqueuerScheduler:
         "lease_s": 30.0,  # heartbeat_timeout: a picked job silent this long is re-picked (default 30)
         "dequeue_timeout_s": 5.0,  # an idle QueueManager's longest wait between dequeues (default 30)
         "retry_attempts": 5,  # DatabaseRetryEntrypointExecutor max_attempts (its default)
-        "dispatch_allowance_s": 10.0,  # seconds of per-job overhead a fire may take (see the lag bound)
+        "dispatch_allowance_s": 20.0,  # seconds of per-job overhead a fire may take (see the lag bound)
         "pool_size": 20,  # this design's pool (arms, reads, commits and the enqueues inside them)
         **storage_options(fillfactor_pct=50),
     }

@@ -51,10 +51,12 @@ Settings (``default_options``), each with its reason:
 
 Capabilities, honestly:
 
-* ``max_lag_s`` = ``fetch_job_polling_interval_s`` + ``dispatch_allowance_s`` (10 s): each
-  job costs procrastinate a fetch (one job per call), a status update and an event row on the
-  way in and a delete on the way out, plus this design's read, commit and defer, on a 2-core
-  shared machine.
+* ``max_lag_s`` = ``fetch_job_polling_interval_s`` + ``dispatch_allowance_s`` (20 s): each
+  job costs procrastinate a fetch (one job per call, one call after another), a status update
+  and an event row on the way in and a delete on the way out, plus this design's read, commit
+  and defer. On this 2-core machine, shared at load ~20, one worker fetched 25-60 jobs/s, so the
+  conformance suite's burst of 400 timers due within a second took up to ~16 s to fire with two
+  workers; the allowance covers that with the suite's slack on top.
 * ``per_tenant_fairness`` off: procrastinate fetches by priority, then job id; no fetch sees a
   tenant.
 * ``heartbeat_leases`` on: a slow job in a live worker keeps its worker's heartbeat, so the
@@ -109,7 +111,7 @@ class ProcrastinateScheduler:
         "sweep_s": 5.0,  # seconds between stalled-job sweeps (get_stalled_jobs + retry_job), per run loop
         "retry_attempts": 5,  # RetryStrategy max_attempts of the task
         "retry_wait_s": 1.0,  # RetryStrategy wait, seconds
-        "dispatch_allowance_s": 10.0,  # seconds of per-job overhead a fire may take (see the lag bound)
+        "dispatch_allowance_s": 20.0,  # seconds of per-job overhead a fire may take (see the lag bound)
         "worker_pool_size": 20,  # procrastinate's pool per run loop
         "pool_size": 20,  # this design's pool (arms, reads, commits and the defers inside them)
         **storage_options(fillfactor_pct=50),
