@@ -62,6 +62,13 @@ def _ms(v: float | None) -> str:
     return f"{v:,.0f} ms" if v >= 10 else f"{v:.1f} ms"
 
 
+def _declared(run: Run) -> str:
+    from reports.recommend import declared_bound_s
+
+    b = declared_bound_s(run)
+    return "—" if b is None else f"lag within {b:g} s"
+
+
 def recommendation_blocks(d: Decision) -> list[Block]:
     rec = d.recommendation
     out = [
@@ -79,12 +86,13 @@ def recommendation_blocks(d: Decision) -> list[Block]:
         out.append(
             Block(
                 "table",
-                header=["run", "meets the SLO", "checks", "cost per fire"],
+                header=["run", "meets the SLO", "checks", "declared bound (information)", "cost per fire"],
                 rows=[
                     [
                         v.run.label,
                         "yes" if v.meets else "no",
                         "; ".join(f"{t}: {m}{'' if ok else ' ✘'}" for t, m, ok in v.checks),
+                        _declared(v.run),
                         "—" if v.cost is None else fmt_figure(FIGURES[rec.cost_name], v.cost),
                     ]
                     for v in rec.verdicts
