@@ -106,7 +106,7 @@ async def check_every_timer_fires_within_max_lag(factory: Factory) -> None:
             "every delivered timer was claimed"
         )
         want = {t.id: t.fire_at for t in timers}
-        limit = bound_s(s)  # max_lag_s + SLACK_S
+        limit = bound_s(s)  # max_lag_s + LAG_SLACK_S
         late = [
             (r.timer_id, r.received_at - max(want[r.timer_id], armed_at))
             for r in proc.received

@@ -22,7 +22,7 @@ from metrics import rundir
 from metrics.rundir import FIRES_SCHEMA, SAMPLES_SCHEMA
 from schedulers.base import REGISTRY
 from schedulers.temporal_shards import initial_shards
-from tests.e2e.recompute import check_summary
+from tests.e2e.recompute import check_per_fire, check_summary
 
 SHORT = ["--workload", "smoke", "--duration", "8s", "--warmup", "2s"]
 SUMMARY_KEYS = {
@@ -131,6 +131,7 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     # recompute from fires.parquet
     f = fires.to_pandas()
     check_summary(s, f, cfg)
+    check_per_fire(s, samples.to_pandas(), cfg)
     assert s["correct"] is True and s["outcomes"]["lost"] == 0 and s["lost_in_warmup"] == 0
     assert s["outcomes"]["due"] > 0 and s["fires"] > 0
     assert s["duplicate_effects"] == 0
