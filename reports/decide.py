@@ -115,6 +115,17 @@ def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
             "other tenants fired.",
         ),
     ]
+    declared = [(r.label, (r.config.get("capabilities") or {}).get("per_tenant_fairness")) for r in runs]
+    if any(d is not None for _, d in declared):
+        out.append(
+            Block(
+                "p",
+                "Per-tenant fairness as each design declares it for the options it ran with (config.json "
+                "capabilities: pg_leased only with one claim statement in flight, claimers=1): "
+                + ", ".join(f"{label} {'—' if d is None else ('yes' if d else 'no')}" for label, d in declared)
+                + ".",
+            )
+        )
     rows = [
         ["tenants"],
         ["Jain's index"],
