@@ -148,7 +148,9 @@ class TemporalShardsScheduler:
         "forward_horizon_s": 86_400.0,  # an overloaded shard forwards timers due later than this
         "lease_s": 30.0,  # batch activity heartbeat timeout and Postgres lease, seconds
         "retry_initial_s": 0.5,  # first retry of an interrupted batch, seconds
-        "poll_overhead_s": 2.0,  # poller start + claim + commit, added to MaxLag in the lag bound
+        # poller start + claim + commit, added to MaxLag in the lag bound: 5 s, what the
+        # conformance suite measured on a loaded 2-core machine (MEASUREMENTS.md), not 2 s
+        "poll_overhead_s": 5.0,
         "ring_refresh_s": 1.0,  # callers re-read shard count and loads this often, seconds
         "sticky_timeout_s": 5.0,  # a dead worker's cached shards move after this, seconds
         "max_concurrent_activities": 32,  # batch activities per worker
@@ -171,7 +173,7 @@ class TemporalShardsScheduler:
         "retry_initial_s": 0.2,
         "util_report_s": 1.0,
         "controller_period_s": 5.0,
-        "poll_overhead_s": 1.0,
+        "poll_overhead_s": 5.0,  # as by default: the suite holds it to the bound it declares
         "sticky_timeout_s": 1.0,
         "drain_s": 5.0,
     }
