@@ -222,6 +222,7 @@ class TemporalShardsScheduler:
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
             redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
+            lease_s=self.lease_s,  # a crash fails nothing: the retry waits for the heartbeat timeout
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
