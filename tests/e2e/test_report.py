@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from metrics import rundir
+from metrics import accounting, rundir
 from reports.plots import FIGURE_SPECS
 from reports.tables import SUMMARY_ROWS
 from schedulers.base import REGISTRY
@@ -200,7 +200,7 @@ def test_every_summary_figure_is_shown_and_equals_its_recomputation_from_parquet
     for name, run_dir in compared["runs"].items():
         written = rundir.read_summary(run_dir)
         cfg = rundir.read_config(run_dir)
-        # the summary's accounting and per-fire costs, written with plain pandas
+        # the summary's accounting and per-fire costs, recomputed with plain pandas
         check_summary(written, pq.read_table(run_dir / "fires.parquet").to_pandas(), cfg)
         assert check_per_fire(written, pq.read_table(run_dir / "samples.parquet").to_pandas(), cfg) >= 1
         want = expected_figures(written)
@@ -210,7 +210,7 @@ def test_every_summary_figure_is_shown_and_equals_its_recomputation_from_parquet
             if value is None:
                 assert shown == "", (name, key, shown)
             elif isinstance(value, str):  # a lag percentile among undelivered fires
-                assert shown == value == rundir.NOT_DELIVERED, (name, key, shown)
+                assert shown == value == accounting.NOT_DELIVERED, (name, key, shown)
             else:
                 assert float(shown) == float(value), (name, key, shown, value)
         assert page.cells[("scheduler", name)] == name
