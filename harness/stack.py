@@ -316,7 +316,7 @@ def _allow_read_tree(path: Path) -> None:
                 p.chmod(m | extra)
 
 
-def _scram_verifier(password: str, iterations: int = 4096) -> str:
+def scram_verifier(password: str, iterations: int = 4096) -> str:
     """The ``SCRAM-SHA-256$...`` verifier Postgres stores for ``password`` (RFC 5802/7677, as
     ``PQencryptPasswordConn`` makes it): setting it with ALTER ROLE puts no password in SQL text."""
     salt = secrets.token_bytes(16)
@@ -552,7 +552,7 @@ class Postgres:
         user = _run_as_user()
         res = self._cmd(
             [str(pg_bin_dir() / "postgres"), "--single", "-D", str(self.data), "postgres"],
-            input=f"ALTER ROLE {PG_USER} PASSWORD '{_scram_verifier(password)}'\n",
+            input=f"ALTER ROLE {PG_USER} PASSWORD '{scram_verifier(password)}'\n",
             timeout=120,
         )
         if res.returncode != 0 or "ERROR" in res.stdout + res.stderr:
