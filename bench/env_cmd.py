@@ -89,8 +89,9 @@ def env_status(dsn: str | None) -> None:
 
 @env.command("dsn")
 def env_dsn() -> None:
-    """Print the embedded Postgres DSN with its password, for psql: to stdout only (a note on
-    stderr says so). Every bench command finds the password by itself; this is for a person."""
+    """Print the embedded Postgres DSN with its password, to stdout only (a note on stderr says
+    so), for a client that reads no libpq password file. psql and every bench command take the
+    DSN `bench env status` shows, which names the password file instead."""
     from harness import stack
     from harness.errors import UsageError
 
