@@ -209,3 +209,19 @@ def test_no_argv_run_directory_or_report_holds_the_password(bench, pg_dsn, tmp_p
     assert any(p.name == "report.html" for p in files) and any(p.name == "config.json" for p in files)
     for p in files:
         assert password.encode() not in p.read_bytes(), p
+
+
+def test_env_dsn_prints_the_password_to_stdout_only_and_status_never(bench, pg_dsn):
+    pg = stack.postgres()
+    assert pg_dsn == pg.dsn(), "this test is about the embedded server's password"
+    password = pg.password()
+    res = bench("env", "dsn")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == pg.full_dsn() and password in res.stdout
+    assert password not in res.stderr and "stdout only" in res.stderr
+    with psycopg.connect(res.stdout.strip()) as conn:  # the full DSN works without the password file
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    status = bench("env", "status")
+    assert status.returncode == 0, status.stderr
+    assert password not in status.stdout + status.stderr
+    assert f"passfile={pg.passfile}" in status.stdout
