@@ -367,10 +367,9 @@ def _hba_trusts(hba: Path) -> bool:
         return False
     for line in lines:
         words = line.split("#", 1)[0].split()
-        if words and words[0] in ("local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc"):
-            method = words[3] if words[0] == "local" else words[4] if len(words) > 4 else ""
-            if method in ("trust", "peer", "ident"):
-                return True
+        # type, database, user[, address[, mask]], method[, options]: the method is among the rest
+        if words and words[0].startswith(("local", "host")) and {"trust", "peer", "ident"} & set(words[3:]):
+            return True
     return False
 
 
