@@ -221,7 +221,8 @@ class TemporalShardsScheduler:
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
             redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
-            lease_s=self.lease_s,  # a crash fails nothing: the retry waits for the heartbeat timeout
+            # no lease_s floor: a crashed worker's activity can be retried before its heartbeat
+            # timeout (the conformance crash check saw a batch back 0.99 s into a 2 s lease)
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
