@@ -26,8 +26,8 @@ walks them):
   id, due time)``, so both stores carry the same schedule (the re-arm's dual write). An observer
   never waits for that decision: waiting would hold its store's claim slots and make its lag
   the rehearsal's, not the design's. If it fires first it **parks** the timer (re-arms it
-  ``max(decision_wait_s, PARK_MIN_S)`` out) and, once its store has committed and the decision is known, the
-  dual writer writes the application's latest fire time into it (:meth:`DualWriteScheduler.follow`,
+  ``max(decision_wait_s, PARK_MIN_S)`` out) and, once its store has committed and the decision
+  is known, the dual writer writes the application's latest fire time into it (a follow:
   batched, through the store's outbox on failure). A parked timer that fires at its park time
   (no decision came) is counted ``undecided``, a mismatch the comparison sees.
 * **Claim loops per store** (:class:`SideLoop`): started, stopped gracefully (``stop-old-writes``),
