@@ -568,7 +568,9 @@ class DualWriteScheduler:
                     raise
                 now = time.time()
                 self._mark(record, timers, now)
-            self.dual.note_armed(timers, now)
+                # under the store's lock: a follow into it reads the application's view and
+                # writes it in one go, so it never writes an older view over this write
+                self.dual.note_armed(timers, now)
             for side in sorted(self.writes - {record}):
                 await self._write(side, timers)
 
@@ -645,11 +647,10 @@ class DualWriteScheduler:
         timer the executor finished is disarmed."""
         while self.follow_pending[side]:
             await asyncio.sleep(FOLLOW_FLUSH_S)
-            lock = self._lock(side)
-            # taken under the application's write lock: no application write can fall between
-            # reading its view and writing it (the write would be overwritten by an older value)
-            async with self._lock("arm"):
-                await lock.acquire()
+            # under the store's lock, like the application's writes to it (which note their fire
+            # time under that lock too): no write can fall between reading the view and writing
+            # it. Never under the application's write lock: its writes must not wait for a follow
+            async with self._lock(side):
                 pending, self.follow_pending[side] = self.follow_pending[side], {}
                 expected = self.dual.expected
                 timers = [
@@ -658,7 +659,6 @@ class DualWriteScheduler:
                     if tid in expected
                 ]
                 gone = [tid for tid in pending if tid not in expected]
-            try:
                 if side not in self.writes:
                     continue
                 ob = self.outbox[side]
@@ -681,8 +681,6 @@ class DualWriteScheduler:
                     except Exception:
                         self.follow_failed_disarms += len(gone)
                 self.follow_writes += len(timers) + len(gone)
-            finally:
-                lock.release()
 
     async def copy(
         self, source: str, target: str, *, disarm_extra: bool = False, rearm_lagging: bool = False
