@@ -537,15 +537,18 @@ def _long_horizon_line(m: dict[str, Any]) -> str | None:
     return f"  horizon    {total:,} long-horizon timers checked at their fire time: {where}"
 
 
-def _window(d: dict, origin: float) -> str:
-    if d.get("due_from") is None:
-        return "no fires"
-    return f"due {d['due_from'] - origin:.1f}-{d['due_to'] - origin:.1f} s"
+def _fires(d: dict, origin: float) -> str:
+    """How many fires a figure covers and their due times."""
+    if not d.get("fires") or d.get("due_from") is None:
+        return "no fires judged"
+    return f"{d['fires']:,} fires due {d['due_from'] - origin:.1f}-{d['due_to'] - origin:.1f} s"
 
 
 def _store_lag(d: dict, origin: float) -> str:
     """A store's headline p99: executed (or, never having executed, observed), over which fires."""
-    return f"{fmt.lag(d.get('p99'))} {d.get('role', '')} ({d.get('fires', 0):,} fires {_window(d, origin)})"
+    if not d.get("fires"):
+        return f"{fmt.MISSING} (executed and observed no fires judged)"
+    return f"{fmt.lag(d.get('p99'))} {d.get('role', '')} ({_fires(d, origin)})"
 
 
 def _period_line(q: dict, m: dict, origin: float) -> str:
@@ -556,13 +559,15 @@ def _period_line(q: dict, m: dict, origin: float) -> str:
     lo = "start" if q["due_from"] is None else f"{q['due_from'] - origin:.1f} s"
     hi = "end" if q["due_to"] is None else f"{q['due_to'] - origin:.1f} s"
     e, o = q[ex], q[ob]
-    text = f"fires due {lo} to {hi}: {names[ex]} executes p99 {fmt.lag(e.get('p99'))} ({e['fires']:,} fires)"
+    text = f"fires due {lo} to {hi}: {names[ex]} executes p99 {fmt.lag(e.get('p99'))} ({e['fires']:,} fires judged)"
     text += (
         f", {names[ob]} observes p99 {fmt.lag(o.get('p99'))} ({o['fires']:,} fires)"
         if o.get("fires")
         else f", {names[ob]} not running"
     )
-    if ex == "primary":
+    if ex == "primary" and not q.get("same_fires"):
+        text += f"; regression {fmt.MISSING} (no fire judged in both stores)"
+    elif ex == "primary":
         text += (
             f"; regression {_signed_lag(q['regression_p99'])} on the same {q['same_fires']:,} fires "
             f"({m['to']} observing {fmt.lag(q.get('shadow_p99_same_fires'))} - {m['from']} executing "
@@ -572,7 +577,7 @@ def _period_line(q: dict, m: dict, origin: float) -> str:
         base = q.get("baseline") or {}
         text += (
             f"; regression {_signed_lag(q['regression_p99'])} against {m['from']}'s own p99 before the switch "
-            f"{fmt.lag(base.get('p99'))} ({base.get('fires', 0):,} fires {_window(base, origin)})"
+            f"{fmt.lag(base.get('p99'))} ({_fires(base, origin)})"
         )
     return text
 
