@@ -563,7 +563,7 @@ def _period_line(q: dict, m: dict, origin: float) -> str:
     text += (
         f", {names[ob]} observes p99 {fmt.lag(o.get('p99'))} ({o['fires']:,} fires)"
         if o.get("fires")
-        else f", {names[ob]} not running"
+        else f", {names[ob]} observes no fires judged"
     )
     if ex == "primary" and not q.get("same_fires"):
         text += f"; regression {fmt.MISSING} (no fire judged in both stores)"
