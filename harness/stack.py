@@ -779,6 +779,26 @@ def temporal() -> TemporalDev:
     return TemporalDev(state_dir())
 
 
+# Test sessions of this checkout sign in here; the last one out stops the servers none of them
+# found running (tests/conftest.py), unless a person brought them up meanwhile (claim_for_user).
+TEST_SESSIONS = "test-sessions"
+RUNNING_BEFORE = "running-before.json"
+
+
+def claim_for_user(names: list[str]) -> None:
+    """Servers ``bench env up`` started or found running stay up after the test sessions that
+    share them end: marked as running before those sessions began."""
+    path = state_dir() / TEST_SESSIONS / RUNNING_BEFORE
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no test session is using them: nobody else will stop them
+    before.update({name: True for name in names})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(before))
+    os.replace(tmp, path)
+
+
 def up(with_temporal: bool = True, say=print) -> Stack:
     dsn, note = postgres().start()
     if note:
@@ -788,6 +808,7 @@ def up(with_temporal: bool = True, say=print) -> Stack:
         address, note = temporal().start()
         if note:
             say(note)
+    claim_for_user(["postgres", "temporal"] if with_temporal else ["postgres"])
     return Stack(dsn, address, True, with_temporal)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from metrics import rundir
+from metrics import accounting, rundir
 from reports.plots import FIGURE_SPECS
 from reports.tables import SUMMARY_ROWS
 from schedulers.base import REGISTRY
@@ -198,7 +198,7 @@ def test_every_summary_figure_equals_the_value_recomputed_from_parquet(compared)
     numeric_rows = {spec.key for spec in SUMMARY_ROWS if spec.kind != "text"}
     for name, run_dir in compared["runs"].items():
         written = rundir.read_summary(run_dir)
-        recomputed = rundir.compute_summary(
+        recomputed = accounting.compute_summary(
             run_dir, complete=written["complete"], incomplete_reason=written["incomplete_reason"]
         )
         want = expected_figures(recomputed)
@@ -208,7 +208,7 @@ def test_every_summary_figure_equals_the_value_recomputed_from_parquet(compared)
             if value is None:
                 assert shown == "", (name, key, shown)
             elif isinstance(value, str):  # a lag percentile among undelivered fires
-                assert shown == value == rundir.NOT_DELIVERED, (name, key, shown)
+                assert shown == value == accounting.NOT_DELIVERED, (name, key, shown)
             else:
                 assert float(shown) == float(value), (name, key, shown, value)
         assert page.cells[("scheduler", name)] == name
