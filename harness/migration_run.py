@@ -195,15 +195,15 @@ class MigrationRun(RunSession):
     ) -> None:
         super().__init__(
             RunPlan(
-                cls=_DualClass(primary_cls, shadow_cls),
-                options=opts,
-                workload=with_long_horizon(workload),
-                out=out,
+                _DualClass(primary_cls, shadow_cls),
+                opts,
+                with_long_horizon(workload),
+                out,
                 fault_specs=list(fault_specs),
                 dsn=dsn,
                 temporal_address=temporal_address,
                 keep=keep,
-                argv=list(argv),
+                argv=argv,
             )
         )
         self.steps = list(steps)
