@@ -25,8 +25,8 @@ SCRATCH_ROWS = 200
 
 def open_ticks(conn: psycopg.Connection, schema: str) -> list[tuple]:
     """This test's scheduler's sessions with a transaction open and idle: (state, backend_xid,
-    backend_xmin). Its last statement names its schema: pg_queue schedulers of other tests running
-    at the same time share the application name."""
+    backend_xmin). Its last statement names its schema (the held tick's says so in a comment):
+    pg_queue schedulers of other tests running at the same time share the application name."""
     return conn.execute(
         "SELECT state, backend_xid::text, backend_xmin::text FROM pg_stat_activity "
         "WHERE application_name = %s AND datname = current_database() AND state LIKE 'idle in transaction%%' "
