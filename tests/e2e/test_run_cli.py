@@ -126,7 +126,8 @@ def test_smoke_run_writes_a_run_dir_that_agrees_with_its_fires(bench, scheduler,
     # the run process's own CPU over the window: the harness's share of every figure
     h = s["harness"]
     assert h["claim_loops_in_process"] is True and 0 < h["cpu_s"] and 0 < h["cores"] <= 2.0
-    assert abs(h["cpu_ms_per_fire"] - 1000 * h["cpu_s"] / s["fires"]) < 1e-3 * max(1.0, h["cpu_ms_per_fire"])
+    # cpu_s is kept to the millisecond: recomputed from it, the figure is off by up to 0.5 ms / fires
+    assert abs(h["cpu_ms_per_fire"] - 1000 * h["cpu_s"] / s["fires"]) <= 0.5 / s["fires"] + 1e-4
 
     # recompute from fires.parquet
     f = fires.to_pandas()
