@@ -124,8 +124,14 @@ class Outage(MemoryScheduler):
 
     down = False
 
+    def __init__(self, ctx, **options) -> None:
+        super().__init__(ctx, **options)
+        self.refused: list[float] = []  # when each write was refused
+        self.came_up: float | None = None  # when the store came back
+
     async def arm(self, timers: Sequence[Timer]) -> None:
         if self.down:
+            self.refused.append(time.time())
             raise ConnectionError("the store is down")
         await super().arm(timers)
 
@@ -263,6 +269,7 @@ async def test_a_shadow_outage_is_queued_replayed_and_reconciled():
         shadow.down = True
         await asyncio.sleep(2.0)
         shadow.down = False
+        shadow.came_up = time.time()
 
     task = asyncio.create_task(outage())
     result, _ = await rehearse(
@@ -282,7 +289,11 @@ async def test_a_shadow_outage_is_queued_replayed_and_reconciled():
     assert len(windows) == 1, result.divergence
     w = windows[0]
     assert w["failed_writes"] > 0 and w["replayed"] > 0 and w["end"] is not None
-    assert 1.5 <= w["end"] - w["start"] < 4.0, w  # from the first failed write until replayed
+    # from the first failed write (attempted before the store refused it) until replayed, which
+    # can only be after the store came back
+    assert shadow.refused and w["start"] <= shadow.refused[0], (w, shadow.refused[:3])
+    assert w["end"] >= max(shadow.came_up, shadow.refused[-1]), (w, shadow.came_up)
+    assert w["failed_writes"] + w["replay_failures"] == len(shadow.refused), (w, len(shadow.refused))
     assert result.reconcile["drift"]["total"] == 0, result.reconcile
     assert result.lost == 0 and result.duplicate_effects == 0
     assert result.verdict.go, result.verdict.reasons
