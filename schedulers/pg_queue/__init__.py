@@ -161,6 +161,7 @@ class PgQueueScheduler:
             per_tenant_fairness=False,
             heartbeat_leases=False,  # stale-claim timeout, no heartbeat
             redelivery_s=self.stale_claim_s + self.tick_s,
+            lease_s=self.stale_claim_s,
         )
         self.q = Queries(QUERIES_SQL, ctx.schema)
         self._pool: AsyncConnectionPool | None = None
