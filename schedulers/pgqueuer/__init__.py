@@ -269,6 +269,7 @@ class PgqueuerScheduler:
             port=int(p["port"]) if p.get("port") else None,
             user=p.get("user"),
             password=p.get("password"),
+            passfile=p.get("passfile"),  # the embedded server's password lives in a passfile
             database=p.get("dbname"),
             server_settings={"search_path": self.ctx.schema, "application_name": name},
         )
