@@ -212,6 +212,8 @@ REGISTRY: dict[str, str] = {
     "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
     "temporal_per_trigger": "schedulers.temporal_per_trigger:TemporalPerTriggerScheduler",
     "dbos_workflows": "schedulers.dbos_workflows:DbosWorkflowsScheduler",
+    "procrastinate": "schedulers.procrastinate:ProcrastinateScheduler",
+    "pgqueuer": "schedulers.pgqueuer:PgqueuerScheduler",
 }
 
 
