@@ -37,6 +37,14 @@ PLANS: tuple[Plan, ...] = (
         Plan(f"steady-{s}", s, (*COMPRESSED, "--duration", "45s"), ("--workload", "production"), count_indexes=True)
         for s in ("pg_queue", "temporal_shards", "pg_leased")
     ),
+    # batch-200-250: the article's batch size follows from its shard count (rate x MaxLag / shards);
+    # 25 shards is what 200-250 timers a batch at 556/s and MaxLag 10 s implies
+    Plan(
+        "shards25-temporal_shards",
+        "temporal_shards",
+        (*COMPRESSED, "--duration", "45s", "--opt", "shards=25"),
+        ("--workload", "production", "--opt", "shards=25"),
+    ),
     # held-horizon: an idle REPEATABLE READ session pins vacuum's horizon from 15 s into the window
     Plan(
         "doom-pg_queue",

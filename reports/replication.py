@@ -48,6 +48,7 @@ DURABLE = "the durable-workflows article"
 
 BEFORE, AFTER, LEASED = "steady-pg_queue", "steady-temporal_shards", "steady-pg_leased"
 DOOM, FAIR = "doom-pg_queue", "fair-pg_leased"
+SHARDS25 = "shards25-temporal_shards"
 
 
 class Unmeasured(Exception):
@@ -273,26 +274,42 @@ def _gauge(runs: Runs, exp: str, metric: str):
     return need(sel["value"].to_numpy() if len(sel) else None, f"the {metric} gauge", exp)
 
 
-def batch_size(runs: Runs) -> Measured:
-    b = _batches(runs, AFTER)
-    mean = float(need(b.get("mean"), "batch mean", AFTER))
-    shards = float(_gauge(runs, AFTER, "shards").mean())
-    rate = float(need(runs.summary(AFTER).get("achieved_rate"), "achieved rate", AFTER))
-    verdict = band(mean, (200, 250), (150, 400))
+def _batch_note(runs: Runs, exp: str) -> str:
+    b = _batches(runs, exp)
+    shards = float(_gauge(runs, exp, "shards").mean())
+    rate = float(need(runs.summary(exp).get("achieved_rate"), "achieved rate", exp))
     closed = ", ".join(f"{int(n):,} {why}" for why, n in (b.get("closed") or {}).items())
-    note = (
-        f"{shards:.0f} shards: a shard flushes when its oldest due timer has waited MaxLag, so a batch "
-        f"holds about rate x MaxLag / shards = {rate:,.0f} x 10 s / {shards:.0f} = {rate * 10 / shards:,.0f} "
-        f"timers (batches closed: {closed or 'not recorded'})"
+    return (
+        f"{shards:.0f} shards: a shard flushes when its oldest due timer has waited MaxLag or it holds 800, "
+        f"so a batch holds about min(800, rate x MaxLag / shards) = min(800, {rate:,.0f} x 10 s / {shards:.0f}) "
+        f"= {min(800.0, rate * 10 / shards):,.0f} timers (batches closed: {closed or 'not recorded'})"
     )
-    return Measured(f"temporal_shards mean {mean:,.0f} timers", verdict, note)
 
 
-def batch_starts(runs: Runs) -> Measured:
-    b = _batches(runs, AFTER)
-    start, end = runs.window(AFTER)
-    per_s = float(b["batches"]) / max(end - start, 1e-9)
-    return Measured(f"temporal_shards {per_s:.2f} batch starts/s", band(per_s, (2.0, 3.0), (1.0, 4.0)))
+def batch_size_of(exp: str) -> Callable[[Runs], Measured]:
+    def measure(runs: Runs) -> Measured:
+        mean = float(need(_batches(runs, exp).get("mean"), "batch mean", exp))
+        verdict = band(mean, (200, 250), (150, 400))
+        note = _batch_note(runs, exp)
+        if exp == AFTER and verdict == DEPARTS:
+            note += (
+                "; the design sizes its ring for this run's timers at 60% of 5,000 each, and the article's "
+                "shards also hold its long-horizon callbacks: the shards=25 row runs the count its figure implies"
+            )
+        return Measured(f"temporal_shards mean {mean:,.0f} timers", verdict, note)
+
+    return measure
+
+
+def batch_starts_of(exp: str) -> Callable[[Runs], Measured]:
+    def measure(runs: Runs) -> Measured:
+        b = _batches(runs, exp)
+        start, end = runs.window(exp)
+        per_s = float(b["batches"]) / max(end - start, 1e-9)
+        verdict = band(per_s, (2.0, 3.0), (1.0, 4.0))
+        return Measured(f"temporal_shards {per_s:.2f} batch starts/s", verdict, _batch_note(runs, exp))
+
+    return measure
 
 
 def full_batch_starts(runs: Runs) -> Measured:
@@ -309,7 +326,9 @@ def _lags_s(runs: Runs, exp: str) -> np.ndarray:
     f = runs.fires(exp)
     start, end = runs.window(exp)
     due = np.maximum(f["due_at"].to_numpy(float), np.nan_to_num(f["armed_at"].to_numpy(float), nan=-np.inf))
-    sel = (due >= start) & (due < end) & f["lag_s"].notna().to_numpy()
+    # first deliveries: a retry after a provider error waits out its backoff, which is not the scheduler's lag
+    first = f["attempt"].fillna(1).to_numpy() <= 1
+    sel = (due >= start) & (due < end) & f["lag_s"].notna().to_numpy() & first
     return need(f["lag_s"].to_numpy(float)[sel] if sel.any() else None, "delivered fires in the window", exp)
 
 
@@ -638,16 +657,25 @@ CLAIMS: tuple[Claim, ...] = (
         "200-250",
         (AFTER,),
         "reproduced 200-250, margin 150-400",
-        batch_size,
+        batch_size_of(AFTER),
     ),
     Claim(
         "batch-200-250",
         COMPOSIO,
-        "batch workflow starts a second",
+        "timers per batch at the shard count the figure implies (25)",
+        "200-250",
+        (SHARDS25,),
+        "reproduced 200-250, margin 150-400",
+        batch_size_of(SHARDS25),
+    ),
+    Claim(
+        "batch-200-250",
+        COMPOSIO,
+        "batch workflow starts a second (25 shards)",
         "2-3/s",
-        (AFTER,),
+        (SHARDS25,),
         "reproduced 2-3/s, margin 1-4/s",
-        batch_starts,
+        batch_starts_of(SHARDS25),
     ),
     Claim(
         "starts-0.7",

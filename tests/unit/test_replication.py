@@ -148,6 +148,9 @@ def manifest(tmp_path: Path) -> t.Manifest:
         fires(due, rng.uniform(0, 9.9, len(due))),
     )
 
+    shards25 = run_dir(
+        tmp_path, "shards25", "temporal_shards", after_summary, samples(after_samples), fires(due, due * 0)
+    )
     lag = rng.uniform(0.005, 0.095, len(due))
     leased = run_dir(tmp_path, "leased", "pg_leased", summary("pg_leased"), samples([]), fires(due, lag))
     pq.write_table(statements(calls=0.3 * RATE * 90), leased / rundir.STATEMENTS)
@@ -175,6 +178,7 @@ def manifest(tmp_path: Path) -> t.Manifest:
         (t.LEASED, leased),
         (t.DOOM, doom),
         (t.FAIR, fair),
+        (t.SHARDS25, shards25),
     ):
         m.experiments[name] = t.Experiment(name, ["bench", "run", name], ["bench", "run", name, "--full"], 0, str(d))
     return m
@@ -219,8 +223,8 @@ def test_known_figures_give_the_known_verdicts(manifest: t.Manifest) -> None:
         "claim-not-effect": t.REPRODUCED,
     }
     got = {r.claim.name: r.verdict for r in rows}
-    # batch-200-250 holds two rows: the batch size and the start rate
-    assert [r.verdict for r in rows if r.claim.name == "batch-200-250"] == [t.REPRODUCED, t.REPRODUCED]
+    # batch-200-250 holds three rows: the batch size at the design's shard count and at 25, the start rate
+    assert [r.verdict for r in rows if r.claim.name == "batch-200-250"] == [t.REPRODUCED] * 3
     assert {k: got[k] for k in expect} == expect
     heap = by_name(rows, "heap-halved")
     assert "x0.77" in heap.figure and "3.10 times per fire" in heap.note
@@ -272,3 +276,35 @@ def test_a_missing_or_broken_manifest_is_one_line(tmp_path: Path) -> None:
     (tmp_path / t.MANIFEST).write_text("{}")
     with pytest.raises(ReportError, match="not a replication manifest"):
         t.read_manifest(tmp_path)
+
+
+def bench(argv: list[str], capsys) -> tuple[int, str, str]:
+    from bench.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def test_the_command_rebuilds_the_table_and_exits_0_when_every_row_has_a_verdict(
+    manifest: t.Manifest, tmp_path: Path, capsys
+) -> None:
+    t.write_manifest(manifest, tmp_path)
+    code, out, err = bench(["replicate", "--table-only", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "heap-halved" in out and (tmp_path / "replication.md").exists()
+    manifest.experiments[t.DOOM].exit_code = 4
+    t.write_manifest(manifest, tmp_path)
+    code, out, err = bench(["replicate", "--table-only", "--out", str(tmp_path)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "rows have no verdict" in err
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
+    code, _, err = bench(["replicate", "--table-only", "--out", str(tmp_path / "none")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "replication.json" in err
+    f = tmp_path / "file"
+    f.write_text("")
+    code, _, err = bench(["replicate", "--quick", "--out", str(f)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "a file is in the way" in err
