@@ -26,6 +26,7 @@ from reports.tables import (
     environment_value,
     how_to_read_report,
     migration_lag_rows,
+    state_writes_sentence,
 )
 from reports.why import why_blocks
 
@@ -117,6 +118,10 @@ def section_checks(report: Report) -> str:
                 f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
                 f"<ul>{''.join(items)}</ul></div>"
             )
+    policy = state_writes_sentence(report.runs)
+    if policy and policy.startswith("State writes differ"):
+        warned = True
+        out.append(f'<div class="warnbox" id="state-writes">{escape(policy)}</div>')
     diffs = environment_differences(report.runs)
     if diffs:
         warned = True

@@ -20,6 +20,7 @@ from reports.tables import (
     environment_value,
     how_to_read_report,
     migration_lag_rows,
+    state_writes_sentence,
 )
 from reports.why import why_blocks
 
@@ -69,6 +70,9 @@ def md_checks(report: Report) -> str:
         items = warning_lines(r, checks)
         if items:
             out.append(f"**{r.label}**:\n" + "\n".join(f"- {w}" for w in items))
+    policy = state_writes_sentence(report.runs)
+    if policy and policy.startswith("State writes differ"):
+        out.append(f"**{policy}**")
     diffs = environment_differences(report.runs)
     if diffs:
         out.append("**Runs from different environments**:\n" + "\n".join(f"- {d}" for d in diffs))

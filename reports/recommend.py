@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from reports.load import Run
+from reports.tables import state_writes_sentence
 from reports.thresholds import FIGURES, Threshold, fmt_figure, parse_thresholds, run_scorecard
 
 DEFAULT_JAIN = 0.9  # an even share of on-time fires across tenants, within 10 %
@@ -156,6 +157,9 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         + "."
     )
     rec.why.append(_checks_sentence(pick))
+    policy = state_writes_sentence(runs)
+    if policy:
+        rec.why.append(policy)
     if len(passing) > 1 and cost_fig and pick.cost is not None:
         second = passing[1]
         if second.cost is not None and pick.cost > 0:

@@ -234,6 +234,7 @@ class PgLeasedScheduler:
             per_tenant_fairness=True,
             heartbeat_leases=True,
             redelivery_s=self.lease_s + self.sweep_s + self.tick_s,
+            state_writes="skip-unchanged" if o["skip_unchanged_state"] else "always",
         )
         self.q = Queries(QUERIES_SQL, ctx.schema, schedule="schedule")
         self._pool: AsyncConnectionPool | None = None

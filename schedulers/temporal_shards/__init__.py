@@ -223,6 +223,7 @@ class TemporalShardsScheduler:
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged" if o["skip_unchanged_state"] else "always",
         )
         self.q = Queries(HERE / "queries.sql", ctx.schema)
         self.pool = None

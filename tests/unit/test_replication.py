@@ -117,6 +117,7 @@ def manifest(tmp_path: Path) -> t.Manifest:
             deletes=1.0,
             heap_writes=4.0,
             toast_writes=6.0,
+            toast_inserts=3.0,
             row_writes=10.0,
             hot=0.2,
         ),
@@ -135,9 +136,21 @@ def manifest(tmp_path: Path) -> t.Manifest:
         *((x, run, f"{g}shards", 22.0) for x in (START, END)),
         *((x, run, f"{g}utilisation", 0.6) for x in (START, END)),
         *((x, run, f"{g}max_shard_utilisation", 0.7) for x in (START, END)),
+        # claim and commit on the trigger row, the state in its own table
+        (START, "s.trigger", "n_tup_upd", 0.0),
+        (END, "s.trigger", "n_tup_upd", 2.0 * RATE * 90),
+        (START, "s.trigger_state", "n_tup_upd", 0.0),
+        (END, "s.trigger_state", "n_tup_upd", 1.08 * RATE * 90),
     ]
     after_summary = summary(
-        "temporal_shards", updates=3.1, heap_writes=3.08, toast_writes=6.18, row_writes=9.26, hot=1.0, dead_peak=11_000
+        "temporal_shards",
+        updates=3.1,
+        heap_writes=3.08,
+        toast_writes=6.18,
+        toast_inserts=3.09,
+        row_writes=9.26,
+        hot=1.0,
+        dead_peak=11_000,
     )
     after = run_dir(
         tmp_path,
@@ -227,7 +240,8 @@ def test_known_figures_give_the_known_verdicts(manifest: t.Manifest) -> None:
     assert [r.verdict for r in rows if r.claim.name == "batch-200-250"] == [t.REPRODUCED] * 3
     assert {k: got[k] for k in expect} == expect
     heap = by_name(rows, "heap-halved")
-    assert "x0.77" in heap.figure and "3.10 times per fire" in heap.note
+    assert "x0.77" in heap.figure and "trigger 2.00, trigger_state 1.08" in heap.note
+    assert "trigger table alone x0.50" in heap.note
     assert "x1.03" in by_name(rows, "toast-third").figure
     assert not t.unanswered(rows)
     assert all(r.commands and r.full_commands and r.run_dirs for r in rows if r.claim.experiments)
@@ -308,3 +322,12 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
     f.write_text("")
     code, _, err = bench(["replicate", "--quick", "--out", str(f)], capsys)
     assert code == 2 and err.count("\n") == 1 and "a file is in the way" in err
+
+
+def test_a_run_that_did_not_hold_its_rate_cannot_reproduce_a_figure(manifest: t.Manifest) -> None:
+    s = Path(manifest.experiments[t.AFTER].run_dir) / rundir.SUMMARY
+    data = json.loads(s.read_text())
+    data.update(rate_held=False, achieved_rate=212.0)
+    s.write_text(json.dumps(data))
+    hot = by_name(t.build_rows(manifest), "hot-100pct")
+    assert hot.verdict == t.CANNOT and "held 212/s of 556/s" in hot.note and hot.figure == "temporal_shards 100.0%"
