@@ -29,8 +29,14 @@ from harness.errors import BenchError, UsageError
     is_flag=True,
     help="Run nothing: rebuild the table from the run directories a previous `bench replicate --out DIR` made.",
 )
+@click.option(
+    "--only",
+    default=None,
+    help="Comma-separated experiments to run again into the replication already in --out (the others "
+    "keep their runs), e.g. steady-temporal_shards after it could not hold its rate.",
+)
 @click.option("--dsn", default=None, help="Postgres connection string (default: the embedded server).")
-def replicate(quick: bool, out_dir: Path | None, table_only: bool, dsn: str | None) -> None:
+def replicate(quick: bool, out_dir: Path | None, table_only: bool, only: str | None, dsn: str | None) -> None:
     """Run the experiments behind every quantitative claim of the three source articles, then write the
     replication table (figure, measured figure, verdict, run directory and command per claim).
 
@@ -54,9 +60,23 @@ def replicate(quick: bool, out_dir: Path | None, table_only: bool, dsn: str | No
         from harness.replicate import PLANS
         from harness.replicate import replicate as run_all
 
+        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+        if names is not None:
+            unknown = [n for n in names if n not in {p.name for p in PLANS}]
+            if unknown or not names:
+                choices = ", ".join(p.name for p in PLANS)
+                raise UsageError(
+                    f"--only {only!r}: unknown experiment(s) {', '.join(unknown) or 'none'}; choose from {choices}"
+                )
+            if not (out_dir / table.MANIFEST).exists():
+                raise UsageError(f"--only: {out_dir} holds no {table.MANIFEST} to add to; run without --only first")
         for p in PLANS:  # every child's arguments and servers, before the first starts
+            if names and p.name not in names:
+                continue
             check_children([p.scheduler], list(p.quick if quick else p.full), out_dir, [], dsn, None)
-        rows, md, html = run_all(out_dir, quick, dsn, echo=lambda line: click.echo(line, nl=False, err=True))
+        rows, md, html = run_all(
+            out_dir, quick, dsn, echo=lambda line: click.echo(line, nl=False, err=True), only=names
+        )
     for r in rows:
         click.echo(f"{r.claim.name:<18} {r.verdict:<24} {r.figure}")
     click.echo(f"verdicts: {table.counts(rows)}")

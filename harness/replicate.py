@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from harness.child import bench_run
+from harness.errors import UsageError
 from reports import replication as table
 
 
@@ -74,19 +75,29 @@ def replicate(
     dsn: str | None,
     echo: Callable[[str], None],
     machine: str = MACHINE,
+    only: list[str] | None = None,
 ) -> tuple[list[table.Row], Path, Path]:
-    """Run every experiment in sequence (a failure is recorded and the others go on), write the
-    manifest after each, then the table."""
-    manifest = table.Manifest("quick" if quick else "full", machine)
+    """Run every experiment (``only``: those named, into the manifest already in ``out_dir``) in
+    sequence (a failure is recorded and the others go on), write the manifest after each, then
+    the table."""
+    mode = "quick" if quick else "full"
+    if only:
+        manifest = table.read_manifest(out_dir)
+        if manifest.mode != mode:
+            raise UsageError(f"--only: {out_dir} holds a {manifest.mode} replication; rerun it as one")
+    else:
+        manifest = table.Manifest(mode, machine)
     for p in PLANS:
-        manifest.experiments[p.name] = table.Experiment(p.name, [], full_command(p, out_dir))
+        if p.name not in manifest.experiments or (only and p.name in only):
+            manifest.experiments[p.name] = table.Experiment(p.name, [], full_command(p, out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     table.write_manifest(manifest, out_dir)
-    for i, p in enumerate(PLANS, 1):
+    plans = [p for p in PLANS if not only or p.name in only]
+    for i, p in enumerate(plans, 1):
         args = list(p.quick if quick else p.full) + (["--keep"] if p.count_indexes else [])
         if dsn:
             args += ["--dsn", dsn]
-        child = bench_run(p.scheduler, out_dir, args, echo, label=f"[{i}/{len(PLANS)} {p.name}] ")
+        child = bench_run(p.scheduler, out_dir, args, echo, label=f"[{i}/{len(plans)} {p.name}] ")
         e = manifest.experiments[p.name]
         e.command, e.exit_code, e.tail = child.command, child.exit_code, "\n".join(child.tail[-15:])
         e.run_dir = str(child.run_dir) if child.run_dir else None

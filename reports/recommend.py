@@ -117,6 +117,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         slo_text=slo_said,
     )
     rec.not_measured = _not_measured(runs, cost_name)
+    policy = state_writes_sentence(runs)  # beside the cost figures it moves, whatever the outcome
     passing = sorted([v for v in verdicts if v.meets], key=lambda v: v.cost if v.cost is not None else math.inf)
     if len(runs) > 1 and len({r.scheduler for r in runs}) == 1:
         rec.headline = (
@@ -137,7 +138,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         rec.headline = "No design met the SLO on this workload."
         rec.why = [
             f"{v.run.label}: " + "; ".join(f"{t} measured {m}" for t, m, ok in v.checks if not ok) for v in verdicts
-        ]
+        ] + ([policy] if policy else [])
         rec.would_change = [
             f"{closest.run.label} failed the fewest thresholds "
             f"({sum(not ok for _, _, ok in closest.checks)}): relaxing "
@@ -157,7 +158,6 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         + "."
     )
     rec.why.append(_checks_sentence(pick))
-    policy = state_writes_sentence(runs)
     if policy:
         rec.why.append(policy)
     if len(passing) > 1 and cost_fig and pick.cost is not None:

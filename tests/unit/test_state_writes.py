@@ -53,3 +53,13 @@ def test_the_report_names_every_run_that_followed_another_policy() -> None:
     assert mixed is not None and mixed.startswith("State writes differ")
     assert "pg_queue: always (its design has no other policy)" in mixed
     assert state_writes_sentence([run("old", None)]) is None
+
+
+def test_the_recommendation_says_which_policy_the_costs_were_compared_under() -> None:
+    from reports.recommend import recommend
+
+    runs = [run("pg_queue", "always", fixed=True), run("pg_leased", "skip-unchanged")]
+    for r in runs:
+        r.summary.update(rate_held=True, lag_ms={"p99": 1.0}, outcomes={"lost": 0}, lost_in_warmup=0)
+    why = " ".join(recommend(runs).why)
+    assert "pg_queue: always (its design has no other policy)" in why
