@@ -1058,3 +1058,16 @@ def write(out_dir: str | Path, manifest: Manifest | None = None) -> tuple[list[R
     md.write_text(render_markdown(rows, manifest))
     html.write_text(render_html(rows, manifest))
     return rows, md, html
+
+
+def render_abridged(rows: list[Row]) -> str:
+    """The table without notes and commands (for the README): figure, claim, article, measured, verdict."""
+    out = ["| figure | claim | article | measured | verdict |", "|---|---|---|---|---|"]
+    for r in rows:
+        c = r.claim
+        article = c.article.removeprefix("the ").removesuffix(" article")
+        out.append(
+            f"| `{c.name}` | {_cell(c.claim)} ({article}) | {_cell(c.article_figure)} "
+            f"| {_cell(r.figure)} | {r.verdict} |"
+        )
+    return "\n".join(out)
