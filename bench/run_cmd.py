@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 
 import click
@@ -133,22 +134,18 @@ def run(
     if dsn:
         check_leftovers(dsn, allow_leftovers, say=note)
     session = RunSession(
-        plan.cls,
-        plan.options,
-        plan.workload,
-        dsn,
-        address,
-        plan.out,
-        keep,
-        list(sys.argv),
-        nodes=plan.nodes,
-        arm_load_per_s=plan.arm_load_per_s,
-        fault_specs=plan.fault_specs,
-        label=label,
-        sample_every_s=sample_every_s,
-        temporal_metrics=temporal_metrics,
-        checkpoint=checkpoint,
-        calibrates=calibrates,
+        dataclasses.replace(
+            plan,
+            dsn=dsn,
+            temporal_address=address,
+            keep=keep,
+            argv=list(sys.argv),
+            label=label,
+            sample_every_s=sample_every_s,
+            temporal_metrics=temporal_metrics,
+            checkpoint=checkpoint,
+            calibrates=calibrates,
+        )
     )
     code = asyncio.run(session.main())
     if code:

@@ -23,7 +23,7 @@ from harness.child import bench_run
 from harness.stack import redact_argv
 from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, declared_max_lag_s, pgbench_ceiling
 from harness.sweep_rule import RATE_HELD_SHARE, warmup_for
-from metrics import rundir
+from metrics import accounting, rundir
 
 CAPACITY_JSON = "capacity.json"
 
@@ -104,7 +104,7 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
         "trend": trend.to_json() if trend else None,
         "exit_code": exit_code,
     }
-    if exit_code not in (0, rundir.EXIT_INCORRECT):
+    if exit_code not in (0, accounting.EXIT_INCORRECT):
         return False, f"bench run exited {exit_code}", figures
     failed = [f"{t} (measured {m})" for t, m, ok in verdict.checks if not ok]
     if failed:
@@ -219,7 +219,7 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
         )
         if child.run_dir is not None:
             run_dirs.append(str(child.run_dir))
-        if child.exit_code not in (0, rundir.EXIT_INCORRECT):
+        if child.exit_code not in (0, accounting.EXIT_INCORRECT):
             failures.append(
                 FailedRun(
                     plan.scheduler,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrics.rundir import how_to_read
+from metrics.accounting import how_to_read
 from reports import fmt
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -282,26 +283,28 @@ def check_serve_exposure(host: str, token: str | None, allow_unauthenticated: bo
 # -- a whole `bench run` ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class RunPlan:
-    """A ``bench run`` checked in full, before its servers are touched."""
+    """What a ``bench run`` is: the inputs :func:`check_run` checked in full before any server is
+    touched, then the servers it runs against and how it records and presents itself (filled in
+    with :func:`dataclasses.replace` once the servers are resolved)."""
 
-    def __init__(
-        self,
-        cls,
-        options: dict,
-        workload,
-        out: Path,
-        nodes: int | None,
-        arm_load_per_s: float | None,
-        fault_specs: list,
-    ) -> None:
-        self.cls = cls
-        self.options = options
-        self.workload = workload
-        self.out = out
-        self.nodes = nodes
-        self.arm_load_per_s = arm_load_per_s
-        self.fault_specs = fault_specs
+    cls: Any  # the scheduler class
+    options: dict
+    workload: Any  # loadgen.workload.Workload, resolved
+    out: Path
+    nodes: int | None = None  # --nodes: extra `bench serve` processes
+    arm_load_per_s: float | None = None  # --arm-load: locust's arm rate
+    fault_specs: list = field(default_factory=list)
+    dsn: str | None = None
+    temporal_address: str | None = None
+    keep: bool = False  # keep the run's schema and workflows afterwards
+    argv: list[str] = field(default_factory=list)  # the command line, for config.json
+    label: str | None = None  # the run's name in reports (default: the scheduler's)
+    sample_every_s: float | None = None  # None: the sampler's default period
+    temporal_metrics: str | None = None  # a Temporal cluster's Prometheus endpoint
+    checkpoint: str = "window"  # when to force a CHECKPOINT: "window", "warmup" or "off"
+    calibrates: float | None = None  # a memory run measuring the harness's ceiling at this rate
 
 
 def check_run(
@@ -331,7 +334,7 @@ def check_run(
     if nodes:
         check_memory(w, w.triggers, processes=1 + nodes)
     fault_specs = parse_faults(faults)
-    return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, fault_specs)
+    return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, list(fault_specs))
 
 
 def load_plan(steps: str | None, plan_file: str | None, run_s: float) -> list:

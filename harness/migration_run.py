@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.inputs import RunPlan
 from harness.session import RunSession
 from harness.workers import Killed, Workers
 from reports import fmt
@@ -193,15 +194,17 @@ class MigrationRun(RunSession):
         fault_specs=(),
     ) -> None:
         super().__init__(
-            _DualClass(primary_cls, shadow_cls),
-            opts,
-            with_long_horizon(workload),
-            dsn,
-            temporal_address,
-            out,
-            keep,
-            argv,
-            fault_specs=fault_specs,
+            RunPlan(
+                _DualClass(primary_cls, shadow_cls),
+                opts,
+                with_long_horizon(workload),
+                out,
+                fault_specs=list(fault_specs),
+                dsn=dsn,
+                temporal_address=temporal_address,
+                keep=keep,
+                argv=argv,
+            )
         )
         self.steps = list(steps)
         self.tolerance_s = tolerance_s

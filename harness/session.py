@@ -12,7 +12,7 @@ gracefully, asks the backend what it still holds (``export_armed``) so that ever
 never arrived is written as pending (still held: a backlog) or lost (not held: the run fails),
 writes the samples and ``summary.json``, tears down (unless ``keep``) and prints the summary.
 A complete run that lost a fire or duplicated a keyed effect exits with
-:data:`metrics.rundir.EXIT_INCORRECT`.
+:data:`metrics.accounting.EXIT_INCORRECT`.
 
 Ctrl-C or a crash of the scheduler still ends with a readable run directory: whatever was
 recorded is written and the summary says ``complete: false`` with the reason. A SIGKILL cannot
@@ -46,7 +46,8 @@ import numpy as np
 from rich.console import Console
 
 from harness import console as out
-from metrics import rundir
+from harness.inputs import RunPlan
+from metrics import accounting, rundir
 
 ARM_LEAD_S = 0.5  # first fires start this long after arming begins
 CHECKPOINT_LEAD_S = 5.0  # the CHECKPOINT before the window starts this long before it (at most half the warm-up)
@@ -58,43 +59,25 @@ DRAIN_STALL_S = 5.0  # a drain with no arrival for this long asks the backend wh
 
 
 class RunSession:
-    def __init__(
-        self,
-        cls,
-        options,
-        workload,
-        dsn,
-        temporal_address,
-        out_dir: Path,
-        keep: bool,
-        argv: list[str],
-        *,
-        nodes: int | None = None,
-        arm_load_per_s: float | None = None,
-        fault_specs=(),
-        label: str | None = None,
-        sample_every_s: float | None = None,
-        temporal_metrics: str | None = None,
-        checkpoint: str = "window",
-        calibrates: float | None = None,
-    ) -> None:
-        self.cls = cls
-        self.options = options
-        self.w = workload
-        self.dsn = dsn
-        self.temporal_address = temporal_address
-        self.out = out_dir
-        self.keep = keep
-        self.argv = argv
-        self.nodes = nodes
-        self.arm_load_per_s = arm_load_per_s
-        self.fault_specs = list(fault_specs)
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.cls = plan.cls
+        self.options = plan.options
+        self.w = plan.workload
+        self.dsn = plan.dsn
+        self.temporal_address = plan.temporal_address
+        self.out = plan.out
+        self.keep = plan.keep
+        self.argv = plan.argv
+        self.nodes = plan.nodes
+        self.arm_load_per_s = plan.arm_load_per_s
+        self.fault_specs = list(plan.fault_specs)
         self.expected_timers = 0  # the population's size, once built (a backend may size itself by it)
-        self.label = label  # the run's name in reports (default: the scheduler's)
-        self.sample_every_s = sample_every_s  # None: the sampler's default period
-        self.temporal_metrics = temporal_metrics  # a Temporal cluster's Prometheus endpoint
-        self.checkpoint = checkpoint  # when to force a CHECKPOINT: "window", "warmup" or "off"
-        self.calibrates = calibrates  # a memory run measuring the harness's ceiling for runs at this rate
+        self.label = plan.label
+        self.sample_every_s = plan.sample_every_s
+        self.temporal_metrics = plan.temporal_metrics
+        self.checkpoint = plan.checkpoint
+        self.calibrates = plan.calibrates
         self.measurement: dict[str, Any] = {"unavailable": {}}  # config.json: what could not be measured, why
         self._window_opened = self._window_closed = False  # the sampler's window edges (see _window_edges)
         self.console = Console(highlight=False, soft_wrap=True)
@@ -294,7 +277,7 @@ class RunSession:
         summary = getattr(self, "summary", None)
         if exit_code == 0 and summary is not None and not summary.get("correct", True):
             self.say("run FAILED its correctness promise: " + "; ".join(summary["failures"]))
-            exit_code = rundir.EXIT_INCORRECT
+            exit_code = accounting.EXIT_INCORRECT
         return exit_code
 
     async def _until_interrupted(self, coro):
@@ -697,7 +680,7 @@ class RunSession:
             self.window["measure_end"] = self.window["measure_start"] = self.window["arm_start"]
         await asyncio.to_thread(rundir.compact, self.run_dir, undelivered)  # segments -> fires/samples.parquet
         self._write_config()
-        summary = rundir.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
+        summary = accounting.compute_summary(self.run_dir, complete=complete, incomplete_reason=self.incomplete_reason)
         summary["warnings"].extend(extra.pop("warnings", []))
         summary.update(extra)
         if self.faults is not None:

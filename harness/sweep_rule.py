@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metrics.rundir import EXIT_INCORRECT, NOT_DELIVERED, RATE_HELD_SHARE  # 95%: of offered, and offered of target
+from metrics.accounting import EXIT_INCORRECT, NOT_DELIVERED, RATE_HELD_SHARE  # 95%: of offered, and offered of target
 
 DEFAULT_RATES = "300,556,1000,2000,5000"
 

@@ -8,8 +8,9 @@ A trigger is an identity (``--map id=...``): one row whose due time moves, or, i
 libraries that insert a new row for every fire, the successive rows that share it. Each
 trigger's interval comes, in this order of preference, from the interval column the user mapped,
 from its distinct due times seen during the watch window and in the finished rows the table
-still keeps (the median gap between successive ones: with a fixed cadence that is the interval
-exactly; an application re-arming at "poll end + interval" adds its own lag), or, for a trigger
+still keeps (the median gap between successive ones, a gap that spans a due time missed between
+two samples counted as the intervals it spans: with a fixed cadence that is the interval exactly;
+an application re-arming at "poll end + interval" adds its own lag), or, for a trigger
 seen at one due time only, a lower bound: the longer of the window and the time to its next due.
 The count of each kind is recorded, so a reader knows how much of the rate is measured.
 
@@ -112,11 +113,18 @@ class RearmTracker:
         return self.last_read_s - self.first_read_s
 
     def interval_of(self, trigger: str) -> float | None:
-        """The median gap between successive distinct due times (None when seen once)."""
+        """The median gap between successive distinct due times (None when seen once), each gap
+        first divided by the number of shortest gaps it spans: a due time that came and went
+        between two samples leaves a gap of two intervals, which would otherwise lengthen the
+        interval of a trigger seen only a few times."""
         seen = self.triggers.get(trigger)
         if seen is None or len(seen.dues) < 2:
             return None
-        return float(np.median(np.diff(sorted(seen.dues))))
+        gaps = np.diff(sorted(seen.dues))
+        shortest = gaps.min()
+        if shortest > 0:
+            gaps = gaps / np.maximum(1.0, np.round(gaps / shortest))
+        return float(np.median(gaps))
 
 
 @dataclass

@@ -67,7 +67,8 @@ def _later_dups(keys: np.ndarray, fired_at: np.ndarray) -> np.ndarray:
 
 def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
     """The summary's ``faults`` (None for a run without ``--fault``)."""
-    from metrics.rundir import _keys_us, read_fires
+    from metrics.accounting import fire_keys
+    from metrics.rundir import read_fires
 
     data = read_faults(run_dir)
     if data is None:
@@ -86,7 +87,7 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
     armed = fires.column("armed_at").to_numpy(zero_copy_only=False).astype(np.float64) if n else np.zeros(0)
     due_eff = np.fmax(due, armed)  # where the lag clock starts
     got = ~np.isnan(fired_at)
-    keys = _keys_us(ids, due) if n else np.array([], dtype=str)
+    keys = fire_keys(ids, due) if n else np.array([], dtype=str)
     dup_fire = np.zeros(n, bool)
     dup_fire[got] = _later_dups(keys[got], fired_at[got])
     dup_effect = np.zeros(n, bool)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metrics.rundir import DEAD_TUPLE_DISAGREE
+from metrics.bill import DEAD_TUPLE_DISAGREE
 from reports.load import Run
 
 TOP_STATEMENTS = 5

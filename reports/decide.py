@@ -47,7 +47,7 @@ def build_decision(
 
 @dataclass
 class Block:
-    kind: str  # "h2", "h3", "p", "strong", "list", "table"
+    kind: str  # "h2", "h3", "p", "strong", "list", "table", "alert" (a red box)
     text: str = ""
     items: list[str] = field(default_factory=list)
     header: list[str] = field(default_factory=list)
@@ -64,17 +64,14 @@ def _ms(v: float | None) -> str:
 
 def recommendation_blocks(d: Decision) -> list[Block]:
     rec = d.recommendation
-    out = [
-        Block("h2", "Recommendation"),
-        Block("strong", rec.headline),
-        Block("p", f"SLO: {rec.slo_text}." + (f" Cost: {rec.cost_figure}." if rec.cost_figure else "")),
-    ]
+    # the headline, the SLO and the cost figure are on the first screen (reports.first_screen)
+    out = [Block("h2", "Recommendation: why")]
     if rec.why:
         out += [Block("h3", "Why"), Block("list", items=rec.why)]
     if rec.would_change:
         out += [Block("h3", "What would change the answer"), Block("list", items=rec.would_change)]
     if rec.not_measured:
-        out += [Block("h3", "What was not measured"), Block("list", items=rec.not_measured)]
+        out.append(Block("p", "What was not measured, and every other caveat, is in the Notes at the end."))
     if rec.verdicts and len(rec.verdicts) > 1:
         out.append(
             Block(
@@ -91,7 +88,7 @@ def recommendation_blocks(d: Decision) -> list[Block]:
                 ],
             )
         )
-    return out
+    return out if len(out) > 1 else []
 
 
 def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
@@ -236,6 +233,8 @@ def blocks_html(blocks: list[Block], section_id: str) -> str:
             out.append(f'<p class="pick">{escape(b.text)}</p>')
         elif b.kind == "p":
             out.append(f'<p class="howto">{escape(b.text)}</p>')
+        elif b.kind == "alert":
+            out.append(f'<div class="warnbox">{escape(b.text)}</div>')
         elif b.kind == "list":
             out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in b.items) + "</ul>")
         elif b.kind == "table":
@@ -265,6 +264,8 @@ def blocks_markdown(blocks: list[Block]) -> str:
             out.append(f"**{b.text}**")
         elif b.kind == "p":
             out.append(b.text)
+        elif b.kind == "alert":
+            out.append(f"> **Unusable:** {b.text}")
         elif b.kind == "list":
             out.append("\n".join(f"- {i}" for i in b.items))
         elif b.kind == "table":

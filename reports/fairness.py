@@ -1,7 +1,7 @@
 """The fairness scorecard: how evenly a design serves its tenants, from ``fires.parquet`` alone.
 
 Every figure is over the fires **due in the measured window** (one row per ``(timer_id, due_at)``
-key, when it became due in the store: the accounting of :func:`metrics.rundir.fire_accounting`),
+key, when it became due in the store: the accounting of :func:`metrics.accounting.fire_accounting`),
 so a tenant whose fires never arrived is in it, infinitely late:
 
 * per tenant: due fires, on time, late, missed (pending + lost), lag p50 and p99;
@@ -44,7 +44,7 @@ class Scorecard:
 
 
 def _pct_ms(lags_s: np.ndarray, pct: float) -> float:
-    """The nearest-rank percentile (as :func:`metrics.rundir.lag_percentiles_ms`), in ms;
+    """The nearest-rank percentile (as :func:`metrics.accounting.lag_percentiles_ms`), in ms;
     ``inf`` when it falls among fires that never arrived."""
     v = np.sort(lags_s)
     x = float(v[max(0, int(math.ceil(pct / 100.0 * len(v))) - 1)])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from metrics import rundir
+from metrics import accounting, rundir
 from metrics.rundir import TOAST_SUFFIX  # scope of a table's TOAST relation: "schema.table#toast"
 from reports import fmt
 from reports.errors import ReportError
@@ -84,15 +84,11 @@ class Run:
     def due_fires(self) -> pd.DataFrame:
         """One row per ``(timer_id, due_at)`` key of the whole run: its first delivery, or its
         undelivered row, with ``due_eff`` = max(due_at, armed_at), when it became due (the
-        accounting of :func:`metrics.rundir.fire_accounting`)."""
+        accounting of :func:`metrics.accounting.fire_accounting`)."""
         f = self.fires
         if f.empty or "due_at" not in f:
             return pd.DataFrame({"timer_id": [], "due_eff": [], "fired_at": [], "lag_s": []})
-        d = f.assign(
-            due_us=(f["due_at"] * 1e6).round().astype("int64"),
-            due_eff=np.fmax(f["due_at"].to_numpy(), f["armed_at"].to_numpy()),
-        )
-        return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
+        return accounting.first_deliveries(f)
 
     @property
     def measured_lags_ms(self) -> pd.Series:
@@ -185,11 +181,11 @@ class Run:
 
     def batch_sizes(self) -> dict[str, Any] | None:
         """The batches the backend handed to its processors in the measured window, from its
-        batch-size gauges (:func:`metrics.rundir.batch_sizes_in_window`); None without them."""
+        batch-size gauges (:func:`metrics.accounting.batch_sizes_in_window`); None without them."""
         start, end = self.window.get("measure_start"), self.window.get("measure_end")
         if start is None or end is None or self.samples.empty:
             return None
-        return rundir.batch_sizes_in_window(self.samples, float(start), float(end))
+        return accounting.batch_sizes_in_window(self.samples, float(start), float(end))
 
     def has_relations(self) -> bool:
         return not self.samples.empty and bool(self.samples["scope"].map(rundir.is_relation_scope).any())
@@ -280,8 +276,8 @@ def read_run(path: Path) -> Run:
 
         def recompute(p: Path) -> dict[str, Any]:
             if state != "finished":
-                return rundir.interrupted_summary(p, state)
-            return rundir.compute_summary(
+                return accounting.interrupted_summary(p, state)
+            return accounting.compute_summary(
                 p, complete=False, incomplete_reason=f"{rundir.SUMMARY} unreadable; recomputed from the run's files"
             )
 

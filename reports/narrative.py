@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from metrics.rundir import NOT_DELIVERED
+from metrics.accounting import NOT_DELIVERED
 from reports import fmt
 from reports.load import Run
 from reports.plots import figure_number

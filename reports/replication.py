@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from metrics import rundir
+from metrics import accounting, rundir
 from metrics.faults import read_faults
 from reports.errors import ReportError
 
@@ -267,7 +267,7 @@ def rate_held(runs: Runs) -> Measured:
 
 def _batches(runs: Runs, exp: str) -> dict[str, Any]:
     start, end = runs.window(exp)
-    b = rundir.batch_sizes_in_window(runs.samples(exp), start, end)
+    b = accounting.batch_sizes_in_window(runs.samples(exp), start, end)
     return need(b, "batch-size gauges", exp)
 
 

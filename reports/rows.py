@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from metrics.rundir import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
+from metrics.accounting import RATE_HELD_SHARE as RATE_HELD_FRACTION  # the run's own "rate not held" warning
 from reports import fmt
 from reports.load import Run
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from metrics.rundir import how_to_read
+from metrics.accounting import how_to_read
 from reports import fmt
 from reports.costs import SERVER_WIDE_NOTE
 from reports.load import Run
@@ -147,7 +147,7 @@ SUMMARY_LEGEND = (
 
 def how_to_read_report(runs: list[Run]) -> list[str]:
     """What the report says before its table: the cadence, the window and the four outcomes
-    (:func:`metrics.rundir.how_to_read`, once per distinct text), and what a time-compressed
+    (:func:`metrics.accounting.how_to_read`, once per distinct text), and what a time-compressed
     workload compressed."""
     out: list[str] = []
     for r in runs:

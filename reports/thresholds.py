@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from metrics.rundir import NOT_DELIVERED
+from metrics.accounting import NOT_DELIVERED
 from reports.errors import ReportError
 from reports.fairness import Scorecard, scorecard
 from reports.load import Run

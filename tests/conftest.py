@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from harness import stack as stack_mod
-from schedulers.base import StoreContext
+from schedulers.base import REGISTRY, StoreContext
 
 _RUNNING_AT_START: dict[str, bool] = {}
 
@@ -33,7 +33,7 @@ def _embedded() -> dict[str, object]:
 
 def _sessions() -> Path:
     """Where the test sessions using this checkout's servers sign in (one file per pid)."""
-    return stack_mod.state_dir() / "test-sessions"
+    return stack_mod.state_dir() / stack_mod.TEST_SESSIONS
 
 
 def _others() -> list[int]:
@@ -50,7 +50,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     for name, server in _embedded().items():
         _RUNNING_AT_START[name] = server.running()
     _sessions().mkdir(parents=True, exist_ok=True)
-    before = _sessions() / "running-before.json"
+    before = _sessions() / stack_mod.RUNNING_BEFORE
     if not _others():  # the first one in: what was up before any test session
         before.write_text(json.dumps(_RUNNING_AT_START))
     (_sessions() / str(os.getpid())).touch()
@@ -60,7 +60,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     (_sessions() / str(os.getpid())).unlink(missing_ok=True)
     if _others():
         return  # the last session out stops the servers
-    before = _sessions() / "running-before.json"
+    before = _sessions() / stack_mod.RUNNING_BEFORE
     try:
         running_before = json.loads(before.read_text())
     except (OSError, ValueError):
@@ -94,6 +94,21 @@ def temporal_address() -> str:
 def _schema_name(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:30].strip("_")
     return f"t_{base}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``--dist loadgroup`` (the Makefile's): a test file is one group, as under
+    ``loadfile``, except that a test parametrized over schedulers (the conformance suite) is one
+    group per scheduler, so the designs' suites run on different workers at once."""
+    for item in items:
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        group = item.nodeid.split("::", 1)[0]
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if isinstance(params.get("name"), str) and params["name"] in REGISTRY:
+            group = f"{group}[{params['name']}]"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

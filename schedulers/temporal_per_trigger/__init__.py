@@ -51,9 +51,9 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import Worker
 
+from schedulers import temporal
 from schedulers.base import Capabilities, Processor, StoreContext, Timer, resolve_options, us
 from schedulers.pg import apply_schema, apply_storage, close_store, open_pool, qualified, storage_options, upsert_armed
 from schedulers.sqlfile import Queries
@@ -181,7 +181,7 @@ class TemporalPerTriggerScheduler:
                 name="timerbench-temporal-per-trigger",
             )
         if self.client is None:
-            self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+            self.client = await temporal.connect(self.ctx)
 
     async def teardown(self, drop: bool = True) -> None:
         if self.pool is not None and not drop:
@@ -330,64 +330,36 @@ class TemporalPerTriggerScheduler:
         worker_id = worker_id or f"tp-{os.getpid()}-{id(stop):x}"
         stopping = asyncio.Event()
         acts = PollActivities(self, processors, worker_id, stopping)
-        # One connection per worker: the SDK refuses two workers for one task queue on one
-        # client, and several run() loops (workers) may share this scheduler in one process.
-        client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
-        if self.options["sandbox"]:
-            runner = SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
-            )
-        else:
-            runner = UnsandboxedWorkflowRunner()
         worker = Worker(
-            client,
+            await temporal.connect(self.ctx),
             task_queue=self.task_queue,
             workflows=[TriggerWorkflow],
             activities=[acts.poll_trigger],
-            workflow_runner=runner,
+            workflow_runner=temporal.workflow_runner(sandbox=bool(self.options["sandbox"])),
             identity=worker_id,
             max_concurrent_activities=int(self.options["max_concurrent_activities"]),
             max_cached_workflows=int(self.options["max_cached_workflows"]),
             max_concurrent_workflow_task_polls=int(self.options["workflow_task_pollers"]),
             max_concurrent_activity_task_polls=int(self.options["activity_task_pollers"]),
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=float(self.options["sticky_timeout_s"])),
-            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
+            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (temporal.serve)
         )
-        worker_task = asyncio.create_task(worker.run())
-        try:
-            stop_task = asyncio.create_task(stop.wait())
-            try:
-                # The "tick" of this design is the worker polling its task queue: while the
-                # worker task runs, the loop is alive (health checks read last_tick_at).
-                while True:
-                    self.last_tick_at = time.time()
-                    done, _ = await asyncio.wait(
-                        {worker_task, stop_task}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if done:
-                        break
-                    await self._maybe_flush_costs()
-            finally:
-                stop_task.cancel()
-            if worker_task.done():
-                worker_task.result()  # the worker died: say why
-                return
-            # Graceful stop: take no new poll, let in-flight ones commit, then shut down.
-            stopping.set()
-            deadline = time.time() + float(self.options["drain_s"])
-            while acts.in_flight and time.time() < deadline:
-                await asyncio.sleep(0.05)
-            await worker.shutdown()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker_task
+
+        def alive(now: float) -> None:
+            self.last_tick_at = now
+
+        graceful = await temporal.serve(
+            worker,
+            stop,
+            stopping,
+            in_flight=lambda: acts.in_flight,
+            drain_s=float(self.options["drain_s"]),
+            alive=alive,
+            every_tick=self._maybe_flush_costs,
+        )
+        if graceful:
             with contextlib.suppress(Exception):
                 await self.flush_costs()
-        except asyncio.CancelledError:
-            # A crash: the worker goes away mid-poll; nothing is released.
-            worker_task.cancel()
-            with contextlib.suppress(BaseException):
-                await worker_task
-            raise
 
     # -- gauges and export -----------------------------------------------------------------------
 

@@ -56,14 +56,13 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from schedulers import temporal
 from schedulers.base import (
     EXPECTED_TIMERS,
     BatchSizes,
     Capabilities,
     Processor,
-    RunLoop,
     StoreContext,
     Timer,
     resolve_options,
@@ -280,7 +279,7 @@ class TemporalShardsScheduler:
         if self.pool is None:
             self.pool = await open_pool(self.ctx.dsn, min_size=1, max_size=12, name="timerbench-temporal-shards")
         if self.client is None:
-            self.client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
+            self.client = await temporal.connect(self.ctx)
 
     async def teardown(self, drop: bool = True) -> None:
         if drop and self.client is not None:
@@ -437,52 +436,30 @@ class TemporalShardsScheduler:
         worker_id = worker_id or f"ts-{os.getpid()}-{id(stop):x}"
         stopping = asyncio.Event()
         acts = ShardActivities(self, processors, worker_id, stopping)
-        # One connection per worker: the SDK refuses two workers for one task queue on one
-        # client, and several run() loops (workers) may share this scheduler in one process.
-        client = await Client.connect(self.ctx.temporal_address, namespace=self.ctx.temporal_namespace)
         worker = Worker(
-            client,
+            await temporal.connect(self.ctx),
             task_queue=self.task_queue,
             workflows=[ShardWorkflow, BatchPollerWorkflow, ControllerWorkflow],
             activities=acts.all(),
-            workflow_runner=SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("schedulers")
-            ),
+            workflow_runner=temporal.workflow_runner(sandbox=True),
             identity=worker_id,
             max_concurrent_activities=self.options["max_concurrent_activities"],
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.options["sticky_timeout_s"]),
-            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (below)
+            graceful_shutdown_timeout=timedelta(0),  # a graceful stop drains first (temporal.serve)
         )
-        # Cancelling is a crash (RunLoop): the worker goes away mid-batch (awaited, so it is gone
-        # when run() ends) and claims are not released.
-        async with RunLoop() as loop:
-            worker_task = loop.keep(worker.run(), join=True)
-            if self.options["controller"]:
-                await self._ensure_controller()
-            stop_task = asyncio.create_task(stop.wait())
-            try:
-                # The "tick" of this design is the worker polling its task queue: while the
-                # worker task runs, the loop is alive (health checks read last_tick_at).
-                while True:
-                    self.last_tick_at = time.time()
-                    done, _ = await asyncio.wait(
-                        {worker_task, stop_task}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if done:
-                        break
-            finally:
-                stop_task.cancel()
-            if worker_task.done():
-                worker_task.result()  # the worker died: say why
-                return
-            # Graceful stop: take no new batch, let in-flight ones commit, then shut down.
-            stopping.set()
-            deadline = time.time() + self.options["drain_s"]
-            while acts.in_flight and time.time() < deadline:
-                await asyncio.sleep(0.05)
-            await worker.shutdown()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker_task
+
+        def alive(now: float) -> None:
+            self.last_tick_at = now
+
+        await temporal.serve(
+            worker,
+            stop,
+            stopping,
+            in_flight=lambda: acts.in_flight,
+            drain_s=self.options["drain_s"],
+            alive=alive,
+            started=self._ensure_controller if self.options["controller"] else None,
+        )
 
     async def _ensure_controller(self) -> None:
         o = self.options

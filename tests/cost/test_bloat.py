@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from metrics import rundir
+from metrics import accounting, rundir
 from metrics.extensions import extensions
 from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
@@ -91,7 +91,7 @@ async def test_a_disagreeing_n_dead_tup_is_warned_about(pg_dsn, schema, tmp_path
     await sampler.bloat()
     await sampler.close()
     write_run_dir(tmp_path, 0.0, 1.0, [])
-    s = rundir.compute_summary(tmp_path)
+    s = accounting.compute_summary(tmp_path)
     assert s["bloat"]["disagree"] == [f"{schema}.triggers"]
     assert s["bloat"]["dead_tuples_exact"] == DELETED and s["bloat"]["n_dead_tup"] == 0
     assert any(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import psycopg
 import pytest
 
-from metrics import rundir
+from metrics import accounting
 from metrics.extensions import extensions
 from metrics.recorder import FireRecorder
 from metrics.sampler import Sampler
@@ -86,7 +86,7 @@ async def test_writes_per_fire_equal_the_tests_own_pg_stat_deltas(pg_dsn, schema
         await scheduler.teardown(drop=True)
 
     write_run_dir(tmp_path, measure_start, measure_end, proc.received)
-    s = rundir.compute_summary(tmp_path)
+    s = accounting.compute_summary(tmp_path)
     assert s["fires"] == FIRES
     # the test's own deltas, summed over every table of the schema, then over their TOAST tables
     want: dict[str, float] = {}

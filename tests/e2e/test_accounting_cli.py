@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from metrics.rundir import EXIT_INCORRECT
+from metrics.accounting import EXIT_INCORRECT
 from tests.e2e.delaying import DELAY_S
 from tests.e2e.recompute import check_summary
 

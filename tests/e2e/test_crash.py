@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import schemas
-from metrics import rundir
+from metrics import accounting, rundir
 
 LONG = ["--workload", "smoke", "--duration", "60s", "--warmup", "1s"]  # killed long before its end
 
@@ -96,7 +96,7 @@ def kill_and_check(bench, proc: subprocess.Popen, run_dir: Path, segment_dir: Pa
     assert set(before) <= set(after)
     assert fires.num_rows == sum(pq.read_metadata(p).num_rows for p in after)  # and every segment there is
 
-    summary = rundir.interrupted_summary(run_dir)
+    summary = accounting.interrupted_summary(run_dir)
     assert summary["complete"] is False and re.match(r"interrupted at T\+\d+ s", summary["incomplete_reason"])
     assert summary["fires"] > 0 and summary["achieved_rate"] > 0 and summary["lag_ms"]["p99"] is not None
     # not judged: the run never compared its arms with its fires, nor asked the backend what it holds
@@ -109,6 +109,7 @@ def kill_and_check(bench, proc: subprocess.Popen, run_dir: Path, segment_dir: Pa
         str(run_dir.parent / "r.html"),
         "--markdown",
         str(run_dir.parent / "r.md"),
+        "--markdown-full",
         timeout=120,
     )
     assert res.returncode == 0, res.stdout + res.stderr

@@ -191,15 +191,22 @@ async def run_pgqueuer(dsn: str, p: Plan, out: Path) -> None:
     triggers = p.by_id()
     pgq = PgQueuer(PsycopgDriver(await psycopg.AsyncConnection.connect(dsn, autocommit=True)))
 
+    planned: dict[str, float] = {}  # trigger id -> the due time its pending job was planned for
+
     @pgq.entrypoint(TASK)
     async def poll(job: Job) -> None:
         args = json.loads(job.payload)
-        due = job.execute_after.timestamp()
-        p.fired(args["trigger_id"], due)
-        delay = triggers[args["trigger_id"]].next_due(due) - time.time()
+        t = triggers[args["trigger_id"]]
+        p.fired(t.trigger_id, job.execute_after.timestamp())
+        # The cadence follows the planned due times (kept here: the payload is the job's
+        # identity): PgQueuer stores the database's now() plus the delay, so re-arming from the
+        # stored time would add each enqueue's latency to the next interval.
+        planned[t.trigger_id] = t.next_due(planned[t.trigger_id])
+        delay = planned[t.trigger_id] - time.time()
         await queries.enqueue(TASK, job.payload, 0, timedelta(seconds=max(0.0, delay)))
 
     p.start_at(time.time() + 1.0)
+    planned.update({t.trigger_id: t.phase_s for t in p.triggers})
     now = time.time()
     await queries.enqueue(
         [TASK] * len(p.triggers),
@@ -257,7 +264,8 @@ def run_dbos(dsn: str, p: Plan, out: Path) -> None:
 
 
 def _url(dsn: str) -> str:
-    """A libpq DSN as the URL DBOS wants (a password stays in this process, as in the DSN)."""
+    """A libpq DSN as the URL DBOS wants (a password stays in this process, as in the DSN; a
+    password file stays a ``passfile`` parameter)."""
     from urllib.parse import quote
 
     from psycopg.conninfo import conninfo_to_dict
@@ -266,8 +274,10 @@ def _url(dsn: str) -> str:
         return dsn
     p = conninfo_to_dict(dsn)
     auth = quote(p.get("user", ""), safe="") + (":" + quote(p["password"], safe="") if p.get("password") else "")
+    query = f"?passfile={quote(p['passfile'], safe='/')}" if p.get("passfile") else ""
     return (
-        f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/{quote(p.get('dbname', ''), safe='')}"
+        f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/"
+        f"{quote(p.get('dbname', ''), safe='')}{query}"
     )
 
 

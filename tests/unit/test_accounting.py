@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metrics import rundir
+from metrics import accounting, rundir
 
 WINDOW = {"arm_start": 0.0, "measure_start": 10.0, "measure_end": 20.0, "drain_limit_s": 60.0, "drained_s": 5.0}
 WORKLOAD = {"name": "w", "rate_per_s": 0.5, "on_time_s": 2.0, "cadence": "fixed", "interval_max_s": 10.0}
@@ -69,7 +69,7 @@ ROWS = [
 
 
 def test_every_fire_due_in_the_window_is_exactly_one_of_four_outcomes(tmp_path):
-    s = rundir.compute_summary(write_run(tmp_path, ROWS))
+    s = accounting.compute_summary(write_run(tmp_path, ROWS))
     assert s["outcomes"] == {"due": 7, "on_time": 3, "late": 2, "pending": 1, "lost": 1}
     o = s["outcomes"]
     assert o["on_time"] + o["late"] + o["pending"] + o["lost"] == o["due"]
@@ -77,29 +77,29 @@ def test_every_fire_due_in_the_window_is_exactly_one_of_four_outcomes(tmp_path):
 
 
 def test_lag_percentiles_cover_every_due_fire_and_undelivered_ones_are_infinitely_late(tmp_path):
-    s = rundir.compute_summary(write_run(tmp_path, ROWS))
+    s = accounting.compute_summary(write_run(tmp_path, ROWS))
     # sorted lags of the 7 due keys: -0.1, 0.1, 0.2, 3.5, 5.1, inf, inf (nearest rank)
     assert s["lag_ms"]["p50"] == pytest.approx(3500.0)
-    assert s["lag_ms"]["p90"] == s["lag_ms"]["p99"] == s["lag_ms"]["max"] == rundir.NOT_DELIVERED
-    lags = rundir.lag_percentiles_ms([-0.1, 0.1, 0.2])
+    assert s["lag_ms"]["p90"] == s["lag_ms"]["p99"] == s["lag_ms"]["max"] == accounting.NOT_DELIVERED
+    lags = accounting.lag_percentiles_ms([-0.1, 0.1, 0.2])
     assert lags["p50"] == pytest.approx(100.0) and lags["max"] == pytest.approx(200.0)
-    assert rundir.lag_percentiles_ms([-0.3, -0.2, 0.1])["p50"] == pytest.approx(-200.0)  # never clamped
-    assert rundir.lag_percentiles_ms([])["p99"] is None
+    assert accounting.lag_percentiles_ms([-0.3, -0.2, 0.1])["p50"] == pytest.approx(-200.0)  # never clamped
+    assert accounting.lag_percentiles_ms([])["p99"] is None
 
 
 def test_rates_offered_against_achieved_and_target(tmp_path):
-    s = rundir.compute_summary(write_run(tmp_path, ROWS))
+    s = accounting.compute_summary(write_run(tmp_path, ROWS))
     assert s["offered_rate"] == pytest.approx(0.7)  # 7 keys due in a 10 s window
     assert s["achieved_rate"] == pytest.approx(0.4) and s["fires"] == 4  # first deliveries inside the window
     assert s["rate_held"] is False  # 0.4 < 95% of 0.7 (offered is >= 95% of the 0.5 target)
     assert any("achieved 0.4 fires/s" in w for w in s["warnings"])
-    assert rundir.rate_held(100.0, 96.0, 95.0) == (True, [])
-    held, why = rundir.rate_held(100.0, 90.0, 90.0)
+    assert accounting.rate_held(100.0, 96.0, 95.0) == (True, [])
+    held, why = accounting.rate_held(100.0, 90.0, 90.0)
     assert held is False and "offered 90.0" in why[0]
 
 
 def test_lost_fires_and_duplicate_keyed_effects_fail_the_run(tmp_path):
-    s = rundir.compute_summary(write_run(tmp_path, ROWS))
+    s = accounting.compute_summary(write_run(tmp_path, ROWS))
     assert s["correct"] is False
     assert any("2 fires lost" in f for f in s["failures"]) and any(
         "1 duplicate keyed effects" in f for f in s["failures"]
@@ -109,21 +109,21 @@ def test_lost_fires_and_duplicate_keyed_effects_fail_the_run(tmp_path):
     ok = [r for r in ROWS if r["timer_id"] not in ("d", "e")]
     ok = [r if r["attempt"] < 2 else {**r, "effect_delivered": False} for r in ok]
     (tmp_path / "ok").mkdir()
-    s = rundir.compute_summary(write_run(tmp_path / "ok", ok))
+    s = accounting.compute_summary(write_run(tmp_path / "ok", ok))
     assert s["correct"] is True and s["failures"] == [] and s["outcomes"]["pending"] == 1
 
 
 def test_cycles_per_trigger_and_steady_state(tmp_path):
-    s = rundir.compute_summary(write_run(tmp_path, ROWS))
+    s = accounting.compute_summary(write_run(tmp_path, ROWS))
     assert s["cycles_per_trigger"] == pytest.approx(7 / 5) and s["steady_state"] is False
     assert any("not steady state: 1.40 cycles per trigger" in w for w in s["warnings"])
     (tmp_path / "steady").mkdir()
-    s = rundir.compute_summary(
+    s = accounting.compute_summary(
         write_run(tmp_path / "steady", ROWS, load={"periodic_triggers": 3, "interval_max_s": 10.0})
     )
     assert s["cycles_per_trigger"] == pytest.approx(7 / 3) and s["steady_state"] is True
     (tmp_path / "short").mkdir()  # enough cycles, but the warm-up (10 s) is shorter than the longest interval
-    s = rundir.compute_summary(
+    s = accounting.compute_summary(
         write_run(tmp_path / "short", ROWS, load={"periodic_triggers": 3, "interval_max_s": 30.0})
     )
     assert s["steady_state"] is False and any("shorter than the longest interval" in w for w in s["warnings"])
@@ -131,7 +131,7 @@ def test_cycles_per_trigger_and_steady_state(tmp_path):
 
 def test_undelivered_fires_the_backend_was_not_asked_about_are_pending_and_said(tmp_path):
     rows = [row("a", 11.0, 11.2), row("b", 12.0, None, held=None)]
-    s = rundir.compute_summary(write_run(tmp_path, rows))
+    s = accounting.compute_summary(write_run(tmp_path, rows))
     assert s["outcomes"]["pending"] == 1 and s["outcomes"]["lost"] == 0
     assert any("lost not judged" in w for w in s["warnings"])
 
@@ -145,4 +145,4 @@ def test_a_run_directory_from_before_the_new_columns_still_reads(tmp_path):
     t = rundir.read_fires(run_dir)
     assert t.column("external_effect").to_pylist() == [False, False]
     assert t.column("held_at_end").null_count == 2
-    assert not math.isnan(rundir.compute_summary(run_dir)["offered_rate"])
+    assert not math.isnan(accounting.compute_summary(run_dir)["offered_rate"])

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metrics import rundir
+from metrics import accounting, rundir
 from tests.cost.conftest import write_run_dir
 
 START, END = 1000.0, 1010.0
@@ -44,7 +44,7 @@ def cumulative(scope: str, metric: str, at_start: float, at_end: float) -> list[
 def run_dir_with(tmp_path: Path, rows) -> dict:
     write_run_dir(tmp_path, START, END, [START + 0.05 * i for i in range(FIRES)])
     write_samples(tmp_path, rows)
-    return rundir.compute_summary(tmp_path)
+    return accounting.compute_summary(tmp_path)
 
 
 def test_heap_and_toast_writes_and_the_bill_of_two_stores(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.capacity import CapacityPlan, step_args
 from harness.capacity_rule import Search
-from metrics.rundir import _cost_warnings
+from metrics.bill import cost_warnings
 
 START = 1_000.0
 
@@ -15,7 +15,7 @@ def notes(checkpoint: dict | None) -> str:
     window = {"measure_start": START, "measure_end": START + 30}
     if checkpoint is not None:
         window["checkpoint"] = checkpoint
-    return " | ".join(_cost_warnings(window, {}, {}))
+    return " | ".join(cost_warnings(window, {}, {}))
 
 
 def test_a_checkpoint_that_ran_into_the_window_says_when_it_was_asked_for():

@@ -342,6 +342,20 @@ def test_rearms_give_intervals_and_unseen_triggers_get_lower_bounds():
     assert captured.stats["watch"]["rearms_seen"] == 4 and captured.stats["watch"]["history_due_times"] == 2
 
 
+def test_a_due_time_missed_between_samples_does_not_lengthen_the_interval():
+    tracker = RearmTracker()
+    # due every 6 s; the row due at 112 came and went between the samples at 105 and 114
+    tracker.observe(poll(99.0, ("a", 100.0)))
+    tracker.observe(poll(101.0, ("a", 106.0)))
+    tracker.observe(poll(114.0, ("a", 118.0)))
+    assert tracker.interval_of("a") == 6.0  # gaps 6 and 12: the 12 spans two intervals
+    # "poll end + interval": gaps carry the application's lag and stay as measured
+    tracker.observe(poll(120.0, ("b", 100.0)))
+    tracker.observe(poll(121.0, ("b", 106.5)))
+    tracker.observe(poll(122.0, ("b", 112.7)))
+    assert tracker.interval_of("b") == pytest.approx(6.35)
+
+
 def test_derive_counts_tenants_long_horizons_and_state_sizes(tmp_path):
     tracker = RearmTracker()
     at = 1000.0

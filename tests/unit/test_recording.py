@@ -10,7 +10,7 @@ import pytest
 from loadgen import workload as wl
 from loadgen.population import build
 from loadgen.processor import PollingProcessor
-from metrics import rundir
+from metrics import accounting, rundir
 from metrics.hdr import new_histogram, percentiles_ms, record_many, reset
 from metrics.recorder import FireRecorder
 from schedulers.base import Fire
@@ -252,7 +252,7 @@ def test_a_killed_run_is_read_from_its_segments_and_marked_interrupted(tmp_path)
     assert rundir.run_state(run_dir) == "interrupted"
 
     assert rundir.read_fires(run_dir).column("effect_delivered").to_pylist() == [False] * 4 + [True, False]
-    s = rundir.interrupted_summary(run_dir)
+    s = accounting.interrupted_summary(run_dir)
     assert s["complete"] is False and s["incomplete_reason"].startswith("interrupted at T+21 s")
     assert s["fires"] == 5 and s["measured_s"] == pytest.approx(10.0)  # the window ends at the last fire (20)
     assert s["outcomes"]["lost"] is None and s["outcomes"]["pending"] is None and s["correct"] is None

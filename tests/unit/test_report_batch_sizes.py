@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from metrics import rundir
+from metrics import accounting
 from reports.load import Run
 from reports.plots import FIGURE_SPECS, figure_plan
 
@@ -81,7 +81,7 @@ COUNTS = {  # cumulative, as a backend's BatchSizes reports them
 
 
 def test_window_histogram_is_the_difference_of_the_samples_at_its_edges():
-    b = rundir.batch_sizes_in_window(samples(COUNTS), 102.5, 107.5)
+    b = accounting.batch_sizes_in_window(samples(COUNTS), 102.5, 107.5)
     # at 102.5 the last sample is t=102; at 107.5 it is t=107; a bin first seen later starts from 0
     assert b == {
         "batches": 3.0,
@@ -94,9 +94,10 @@ def test_window_histogram_is_the_difference_of_the_samples_at_its_edges():
 
 
 def test_runs_without_batch_counters_have_no_histogram():
-    assert rundir.batch_sizes_in_window(samples({101.0: {"shards": 4}}), 100, 110) is None
+    assert accounting.batch_sizes_in_window(samples({101.0: {"shards": 4}}), 100, 110) is None
     assert (
-        rundir.batch_sizes_in_window(pd.DataFrame(columns=["t", "elapsed_s", "scope", "metric", "value"]), 0, 1) is None
+        accounting.batch_sizes_in_window(pd.DataFrame(columns=["t", "elapsed_s", "scope", "metric", "value"]), 0, 1)
+        is None
     )
 
 

@@ -32,7 +32,7 @@ def run(scheduler, dead=None, lost=0, **summary) -> Run:
     }
     base.update(summary)
     if "rate_held" not in summary:
-        from metrics.rundir import rate_held
+        from metrics.accounting import rate_held
 
         base["rate_held"] = rate_held(base["target_rate"], base["offered_rate"], base["achieved_rate"])[0]
     rows = []

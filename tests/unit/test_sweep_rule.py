@@ -6,7 +6,7 @@ SLO; the maximum sustainable rate is the last rate held before the first one tha
 import pytest
 
 from harness.sweep_rule import judge, max_sustainable, parse_rates, writes_per_fire
-from metrics.rundir import EXIT_INCORRECT, NOT_DELIVERED, rate_held
+from metrics.accounting import EXIT_INCORRECT, NOT_DELIVERED, rate_held
 
 SLO_MS = 1000.0
 

@@ -54,7 +54,7 @@ def test_per_trigger_beside_shards_cites_workflows_per_fire():
     page = render_html(build_report([shards, per_trigger], with_figures=False))
     assert 'id="why"' in page
     assert "Why the Composio article chose what it chose" in render_markdown(
-        build_report([shards, per_trigger], with_figures=False)
+        build_report([shards, per_trigger], with_figures=False), full=True
     )
 
 
