@@ -98,7 +98,11 @@ def read_manifest(out_dir: str | Path) -> Manifest:
         raw = json.loads(path.read_text())
         m = Manifest(raw["mode"], raw["machine"], directory=Path(out_dir))
         for name, e in raw["experiments"].items():
-            m.experiments[name] = Experiment(**e)
+            exp = Experiment(**e)
+            # a replication directory moved or copied elsewhere: its runs are beside the manifest
+            if exp.run_dir and not Path(exp.run_dir).exists() and (Path(out_dir) / Path(exp.run_dir).name).exists():
+                exp.run_dir = str(Path(out_dir) / Path(exp.run_dir).name)
+            m.experiments[name] = exp
     except FileNotFoundError:
         raise ReportError(f"{path} not found: `bench replicate --out {out_dir}` writes it") from None
     except (ValueError, KeyError, TypeError) as exc:

@@ -345,3 +345,11 @@ def test_only_names_known_experiments_of_an_existing_replication(tmp_path: Path,
     assert code == 2 and err.count("\n") == 1 and "choose from steady-pg_queue" in err
     code, _, err = bench(["replicate", "--quick", "--out", str(tmp_path), "--only", "steady-pg_queue"], capsys)
     assert code == 2 and err.count("\n") == 1 and "run without --only first" in err
+
+
+def test_a_moved_replication_finds_its_runs_beside_the_manifest(manifest: t.Manifest, tmp_path: Path) -> None:
+    for e in manifest.experiments.values():
+        e.run_dir = str(Path("/elsewhere") / Path(e.run_dir).name)
+    t.write_manifest(manifest, tmp_path)
+    rows = t.build_rows(t.read_manifest(tmp_path))
+    assert by_name(rows, "four-writes").verdict == t.REPRODUCED
