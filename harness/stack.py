@@ -24,6 +24,10 @@ environment, ``config.json`` and logs without the secret; ``bench env dsn`` prin
 for a person. A data directory from before (``trust`` for everyone) is given a password and
 ``scram-sha-256`` in place, again with one line saying so.
 
+One module for both servers (about 1,000 lines): their lifecycles share the state directory, the
+port choice, the run-as-another-user handling and the test sessions' sign-in, and a reader who
+wants to know what the embedded defaults do (and what they let other accounts do) reads one file.
+
 ``up`` is idempotent, a stale PID file after a crash is recovered, ``down`` leaves no process.
 Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBENCH_DSN`` /
 ``TIMERBENCH_TEMPORAL``) to use existing servers instead.

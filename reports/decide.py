@@ -62,6 +62,13 @@ def _ms(v: float | None) -> str:
     return f"{v:,.0f} ms" if v >= 10 else f"{v:.1f} ms"
 
 
+def _declared(run: Run) -> str:
+    from reports.recommend import declared_bound_s
+
+    b = declared_bound_s(run)
+    return "—" if b is None else f"lag within {b:g} s"
+
+
 def recommendation_blocks(d: Decision) -> list[Block]:
     rec = d.recommendation
     # the headline, the SLO and the cost figure are on the first screen (reports.first_screen)
@@ -76,12 +83,13 @@ def recommendation_blocks(d: Decision) -> list[Block]:
         out.append(
             Block(
                 "table",
-                header=["run", "meets the SLO", "checks", "cost per fire"],
+                header=["run", "meets the SLO", "checks", "declared bound (information)", "cost per fire"],
                 rows=[
                     [
                         v.run.label,
                         "yes" if v.meets else "no",
                         "; ".join(f"{t}: {m}{'' if ok else ' ✘'}" for t, m, ok in v.checks),
+                        _declared(v.run),
                         "—" if v.cost is None else fmt_figure(FIGURES[rec.cost_name], v.cost),
                     ]
                     for v in rec.verdicts
@@ -104,6 +112,17 @@ def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
             "other tenants fired.",
         ),
     ]
+    declared = [(r.label, (r.config.get("capabilities") or {}).get("per_tenant_fairness")) for r in runs]
+    if any(d is not None for _, d in declared):
+        out.append(
+            Block(
+                "p",
+                "Per-tenant fairness as each design declares it for the options it ran with (config.json "
+                "capabilities: pg_leased only with one claim statement in flight, claimers=1): "
+                + ", ".join(f"{label} {'—' if d is None else ('yes' if d else 'no')}" for label, d in declared)
+                + ".",
+            )
+        )
     rows = [
         ["tenants"],
         ["Jain's index"],

@@ -368,7 +368,7 @@ def section_migration(report: Report) -> str:
             out.append(
                 '<div class="warnbox"><ul>' + "".join(f"<li>{escape(str(x))}</li>" for x in reasons) + "</ul></div>"
             )
-        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        scalars = {k: v for k, v in m.items() if k not in ("verdict", "origin") and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
         body = "".join(
             f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>'

@@ -244,7 +244,7 @@ def md_migration(report: Report) -> str:
     for r in runs:
         m = r.migration or {}
         out.append(f"### {r.label}: **{m.get('verdict', '?')}**")
-        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        scalars = {k: v for k, v in m.items() if k not in ("verdict", "origin") and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
         reasons = m.get("reasons") or []
         if reasons:

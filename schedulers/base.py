@@ -130,6 +130,9 @@ class Capabilities:
     per_tenant_fairness: bool = False  # a huge tenant backlog cannot starve other tenants
     heartbeat_leases: bool = False  # a slow owner that is alive keeps its timers
     redelivery_s: float = 30.0  # how long a crashed owner's timers take to come back
+    # a claimed timer stays with its owner at least this long after the claim, crashed or not:
+    # redelivery never races an owner inside its lease (None: the backend declares no lease)
+    lease_s: float | None = None
     cancel: bool = False
     multi_runner: bool = True  # several run() loops may share one store
     at_least_once: bool = True

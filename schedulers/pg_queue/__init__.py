@@ -164,6 +164,7 @@ class PgQueueScheduler:
             # every fire deletes the row and inserts the next one, state included: no skipping
             state_writes="always",
             state_writes_fixed=True,
+            lease_s=self.stale_claim_s,
         )
         self.q = Queries(QUERIES_SQL, ctx.schema)
         self._pool: AsyncConnectionPool | None = None

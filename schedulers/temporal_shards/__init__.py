@@ -163,7 +163,9 @@ class TemporalShardsScheduler:
         "forward_horizon_s": 86_400.0,  # an overloaded shard forwards timers due later than this
         "lease_s": 30.0,  # batch activity heartbeat timeout and Postgres lease, seconds
         "retry_initial_s": 0.5,  # first retry of an interrupted batch, seconds
-        "poll_overhead_s": 2.0,  # poller start + claim + commit, added to MaxLag in the lag bound
+        # poller start + claim + commit, added to MaxLag in the lag bound: 5 s, what the
+        # conformance suite measured on a loaded 2-core machine (MEASUREMENTS.md), not 2 s
+        "poll_overhead_s": 5.0,
         "ring_refresh_s": 1.0,  # callers re-read shard count and loads this often, seconds
         "sticky_timeout_s": 5.0,  # a dead worker's cached shards move after this, seconds
         "max_concurrent_activities": 32,  # batch activities per worker
@@ -190,7 +192,7 @@ class TemporalShardsScheduler:
         "retry_initial_s": 0.2,
         "util_report_s": 1.0,
         "controller_period_s": 5.0,
-        "poll_overhead_s": 1.0,
+        "poll_overhead_s": 5.0,  # as by default: the suite holds it to the bound it declares
         "sticky_timeout_s": 1.0,
         "drain_s": 5.0,
     }
@@ -239,6 +241,8 @@ class TemporalShardsScheduler:
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
             redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
+            # no lease_s floor: a crashed worker's activity can be retried before its heartbeat
+            # timeout (the conformance crash check saw a batch back 0.99 s into a 2 s lease)
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
