@@ -13,7 +13,7 @@ from __future__ import annotations
 from reports.checks import CHECK_WARNING, Check, run_checks, warning_lines
 from reports.decide import Block, Decision
 from reports.load import Run
-from reports.tables import environment_differences
+from reports.tables import environment_differences, state_writes_sentence
 from reports.thresholds import FIGURES, fmt_figure
 
 # The checks whose failure makes a run's figures unusable, said in a red box on the first screen:
@@ -147,6 +147,9 @@ def notes(runs: list[Run], d: Decision | None) -> list[tuple[str, str, str]]:
                 seen.setdefault(line, []).append(r.label)
     for line in environment_differences(runs):
         seen.setdefault(f"runs from different environments: {line}", []).append("all")
+    policy = state_writes_sentence(runs)  # beside the cost figures it moves (bench compare --state-writes)
+    if policy and policy.startswith("State writes differ"):
+        seen.setdefault(policy, []).append("all")
     if d is not None:
         for line in d.recommendation.not_measured:
             label, sep, rest = line.partition(": ")

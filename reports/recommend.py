@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from reports.load import Run
+from reports.tables import state_writes_sentence
 from reports.thresholds import FIGURES, Threshold, fmt_figure, parse_thresholds, run_scorecard
 
 DEFAULT_JAIN = 0.9  # an even share of on-time fires across tenants, within 10 %
@@ -140,6 +141,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         slo_text=slo_said,
     )
     rec.not_measured = _not_measured(runs, cost_name)
+    policy = state_writes_sentence(runs)  # beside the cost figures it moves, whatever the outcome
     passing = sorted([v for v in verdicts if v.meets], key=lambda v: v.cost if v.cost is not None else math.inf)
     if len(runs) > 1 and len({r.scheduler for r in runs}) == 1:
         rec.headline = (
@@ -160,7 +162,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         rec.headline = "No design met the SLO on this workload."
         rec.why = [
             f"{v.run.label}: " + "; ".join(f"{t} measured {m}" for t, m, ok in v.checks if not ok) for v in verdicts
-        ]
+        ] + ([policy] if policy else [])
         rec.would_change = [
             f"{closest.run.label} failed the fewest thresholds "
             f"({sum(not ok for _, _, ok in closest.checks)}): relaxing "
@@ -180,6 +182,8 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         + "."
     )
     rec.why.append(_checks_sentence(pick))
+    if policy:
+        rec.why.append(policy)
     if len(passing) > 1 and cost_fig and pick.cost is not None:
         second = passing[1]
         if second.cost is not None and pick.cost > 0:

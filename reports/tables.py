@@ -224,6 +224,36 @@ def environment_differences(runs: list[Run]) -> list[str]:
     return out
 
 
+def state_writes_of(run: Run) -> tuple[str | None, bool]:
+    """The poll-state write policy a run followed (``config.json`` capabilities) and whether its
+    design has no other: (None, False) for a run that did not record one."""
+    caps = run.config.get("capabilities") or {}
+    return caps.get("state_writes"), bool(caps.get("state_writes_fixed"))
+
+
+def state_writes_sentence(runs: list[Run]) -> str | None:
+    """One sentence on the state-write policy the runs were held to (``bench compare
+    --state-writes``), naming every run that followed another; None when no run recorded one."""
+    policies = {r.label: state_writes_of(r) for r in runs}
+    seen = [p for p, _ in policies.values() if p]
+    if not seen:
+        return None
+    # the policy the comparison asked for: the one the designs with a choice followed
+    chosen = [p for p, fixed in policies.values() if p and not fixed] or seen
+    common = max(sorted(set(chosen)), key=chosen.count)
+    odd = [
+        f"{label}: {p}{' (its design has no other policy)' if fixed else ''}"
+        for label, (p, fixed) in policies.items()
+        if p and p != common
+    ]
+    if not odd:
+        return f"Every design wrote the poll state under one policy, {common}: its cost figures compare like for like."
+    return (
+        f"State writes differ between designs, so the figures they move (bytes written, row and TOAST writes, "
+        f"WAL per fire) do not compare like for like: {common} for the designs with a choice; " + "; ".join(odd) + "."
+    )
+
+
 def migration_lag_rows(m: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """A rehearsal's lag comparison (``migration.json`` ``lag`` and ``slo``) as a table: each
     store's lag where it executed (or observed, when it never executed), each period between

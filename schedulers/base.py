@@ -136,6 +136,11 @@ class Capabilities:
     cancel: bool = False
     multi_runner: bool = True  # several run() loops may share one store
     at_least_once: bool = True
+    # How a commit treats the poll state (bench compare --state-writes holds every design to one):
+    # "always" rewrites it on every fire, "skip-unchanged" only when the poll changed it; fixed:
+    # the design has one policy (pg_queue's re-insert carries the state), reports mark its figures.
+    state_writes: str | None = None
+    state_writes_fixed: bool = False
 
 
 @dataclass(frozen=True)

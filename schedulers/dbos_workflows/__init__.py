@@ -272,6 +272,8 @@ class DbosWorkflowsScheduler:
             cancel=True,  # disarm: the row fence ends the holder at its next poll
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged",  # its commit writes the state only when the poll changed it
+            state_writes_fixed=True,
         )
         self.q = Queries(HERE / "queries.sql", ctx.schema)
         self.pool: AsyncConnectionPool | None = None

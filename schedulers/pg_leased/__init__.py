@@ -235,6 +235,7 @@ class PgLeasedScheduler:
             per_tenant_fairness=self.claimers == 1,
             heartbeat_leases=True,
             redelivery_s=self.lease_s + self.sweep_s + self.tick_s,
+            state_writes="skip-unchanged" if o["skip_unchanged_state"] else "always",
             lease_s=self.lease_s,
         )
         self.q = Queries(QUERIES_SQL, ctx.schema, schedule="schedule")

@@ -144,6 +144,8 @@ class TemporalPerTriggerScheduler:
             cancel=False,  # as temporal_shards: the Composio article has no cancel operation
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged",  # its poll activity writes the state only when it changed
+            state_writes_fixed=True,
         )
         self.q = Queries(HERE / "queries.sql", ctx.schema)
         self.pool = None

@@ -123,6 +123,22 @@ def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
     return out
 
 
+class RowStateQueries:
+    """The design's statements with the poll state in the trigger row (``state_in_row``): the
+    claim, the first state and the commit read and write the row's own ``state``."""
+
+    ALIASES = {"claim": "claim_row_state", "state_insert": "state_insert_row", "commit_rows": "commit_row_state"}
+
+    def __init__(self, queries: Queries) -> None:
+        self.queries = queries
+
+    def __getitem__(self, name: str):
+        return self.queries[self.ALIASES.get(name, name)]
+
+    def __contains__(self, name: str) -> bool:
+        return self.ALIASES.get(name, name) in self.queries
+
+
 class TemporalShardsScheduler:
     name = "temporal_shards"
     description = (
@@ -156,6 +172,10 @@ class TemporalShardsScheduler:
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
         "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged ("next on the list")
+        # the poll state in the trigger row, as the Composio article's table (heap-halved: claim sets
+        # a lease, commit rewrites the state: two heap writes a fire); false: in its own table
+        # trigger_state, a third heap write per fire (this design's first layout, kept to measure)
+        "state_in_row": True,
         "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (the article: 2 MB)
         # a shard whose Continue-As-New payload passes this share of the limit splits (not in the article,
         # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
@@ -226,8 +246,11 @@ class TemporalShardsScheduler:
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged" if o["skip_unchanged_state"] else "always",
         )
-        self.q = Queries(HERE / "queries.sql", ctx.schema)
+        self.state_in_row = bool(o["state_in_row"])
+        queries = Queries(HERE / "queries.sql", ctx.schema)
+        self.q = RowStateQueries(queries) if self.state_in_row else queries
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs
