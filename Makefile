@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 # (15-30 s intervals, ~12,000 triggers, 30 s warm-up, 90 s window: ~4 cycles per trigger); the
 # full shape is `bench compare --workload production` (2 min warm-up + 10 min window per backend,
 # ~40 min for three).
+# Every design with a choice writes the poll state under one policy (`bench compare --state-writes`,
+# skip-unchanged by default), so the recommendation's cost ratios are like for like.
 # The stack stays up for the next command (said at the end, whether the comparison succeeded or
 # not); `make stack-down` or `.venv/bin/bench env down` stops it.
 run: install

@@ -33,6 +33,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "serve": "bench.serve_cmd:serve",
     "inspect": "bench.inspect_cmd:inspect",
     "capture": "bench.capture_cmd:capture",
+    "replicate": "bench.replicate_cmd:replicate",
 }
 
 

@@ -24,6 +24,16 @@ from harness.errors import UsageError
     help="Also run pg_queue with pg_leased's autovacuum settings (labelled 'pg_queue, tuned'), so the "
     "report separates what the design buys from what tuning buys.",
 )
+@click.option(
+    "--state-writes",
+    type=click.Choice(["skip-unchanged", "always"]),
+    default="skip-unchanged",
+    show_default=True,
+    help="The poll-state write policy every design is held to, like for like: skip-unchanged (no write "
+    "when the poll left the state as it was: the Composio article's next step, pg_leased's default) or "
+    "always (every commit rewrites it, as the Composio article measured). A design with one policy of "
+    "its own (pg_queue: always) keeps it, and the report says so beside its figures.",
+)
 @workload_options("workload", "rate", "duration", "warmup")
 @stack_options
 @click.option(
@@ -60,6 +70,7 @@ def compare(
     ctx: click.Context,
     schedulers_opt: str | None,
     tuned_control: bool,
+    state_writes: str,
     workload_spec: str | None,
     rate: str | None,
     duration: str | None,
@@ -81,7 +92,9 @@ def compare(
     from harness.compare import default_schedulers, failure_error, plan
 
     names = default_schedulers(schedulers_opt)
-    runs = plan(names, tuned_control)
+    if any(a == "--opt" and v.startswith("skip_unchanged_state=") for a, v in zip(ctx.args, ctx.args[1:])):
+        raise UsageError("--opt skip_unchanged_state=... would differ between designs; use --state-writes")
+    runs = plan(names, tuned_control, state_writes)
     run_args: list[str] = []
     for flag, value in (
         ("--workload", workload_spec),

@@ -1,4 +1,4 @@
-"""``bench env up | status | down | gc``: the embedded stack (:mod:`harness.stack`) and the schemas
+"""``bench env up | status | dsn | down | gc``: the embedded stack (:mod:`harness.stack`) and the schemas
 interrupted runs leave on a server (:mod:`harness.schemas`)."""
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def env_status(dsn: str | None) -> None:
     pg = stack.postgres()
     tp = stack.temporal()
     if dsn is None:
-        click.echo(f"postgres  {pg.dsn()}  {'running' if pg.running() else 'stopped'}  (data: {pg.data})")
+        click.echo(
+            f"postgres  {stack.redact_dsn(pg.dsn())}  {'running' if pg.running() else 'stopped'}  (data: {pg.data})"
+        )
         if pg.running():
             from metrics.extensions import extensions
 
@@ -83,6 +85,26 @@ def env_status(dsn: str | None) -> None:
         click.echo(f"  {s.name:<32} {human_bytes(s.bytes):>10}  {what}")
     if left:
         click.echo("`bench env gc` drops the leftovers")
+
+
+@env.command("dsn")
+def env_dsn() -> None:
+    """Print the embedded Postgres DSN with its password, to stdout only (a note on stderr says
+    so), for a client that reads no libpq password file. psql and every bench command take the
+    DSN `bench env status` shows, which names the password file instead."""
+    from harness import stack
+    from harness.errors import UsageError
+
+    pg = stack.postgres()
+    full = pg.full_dsn()
+    if full is None:
+        raise UsageError("the embedded Postgres has no password yet: start it with `bench env up`")
+    click.echo(
+        "note: the DSN below holds the embedded Postgres password; it is printed to stdout only "
+        f"(also in {pg.passfile}, mode 0600){'' if pg.running() else '; the server is stopped'}",
+        err=True,
+    )
+    click.echo(full)
 
 
 @env.command("gc")

@@ -92,7 +92,7 @@ def owntable_options(f):
 
 
 _WORKLOAD = {
-    "workload": ("--workload", "A preset name or a YAML file (default: production)."),
+    "workload": ("--workload", "A preset name or a YAML file."),
     "rate": ("--rate", "Steady-state fire rate: 556/s, 33360/min or 556. The population follows it."),
     "triggers": ("--triggers", "Population size (the rate follows it)."),
     "interval": ("--interval", "Poll interval range, e.g. 60s..120s."),
@@ -130,6 +130,8 @@ def workload_options(*names: str, workload_default: str | None = None):
             flag, text = _WORKLOAD[name]
             dest = "workload_spec" if name == "workload" else name
             default = workload_default if name == "workload" else None
+            if name == "workload" and default is None:  # resolved later (production), so said here
+                text = text.rstrip(".") + " (default: production)."
             f = click.option(flag, dest, default=default, show_default=default is not None, help=text)(f)
         return f
 

@@ -24,7 +24,14 @@ from harness.inputs import parse_rate_option
     "--markdown",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also write the tables and the narrative as Markdown to this file.",
+    help="Also write a Markdown summary to this file: the answer, a line per design, the deciding figures "
+    "and the notes, short enough for a CI comment (--markdown-full: every table and the narrative).",
+)
+@click.option(
+    "--markdown-full",
+    is_flag=True,
+    default=False,
+    help="Write every table and the narrative to --markdown, not the summary.",
 )
 @click.option(
     "--baseline",
@@ -63,6 +70,7 @@ def report(
     runs: tuple[str, ...],
     output: Path,
     markdown: Path | None,
+    markdown_full: bool,
     baseline: str | None,
     slo: str | None,
     project_rate: str | None,
@@ -86,6 +94,7 @@ def report(
         project_rate=rate,
         fail_on=fail_on,
         gate_path=gate_path,
+        markdown_full=markdown_full,
     )
     click.echo(f"report: {output} ({len(rep.runs)} runs)")
     if markdown:

@@ -27,10 +27,10 @@ from harness.sweep_rule import DEFAULT_RATES, DEFAULT_SLO, MAX_LAG
 @click.option(
     "--slo-p99",
     "slo_spec",
-    default=DEFAULT_SLO,
-    show_default=True,
+    default=None,
     help="A rate is held only with p99 lag at most this: a duration for every backend, then optional "
-    f"NAME=duration or NAME={MAX_LAG} (the backend's declared max lag) overrides.",
+    f"NAME=duration or NAME={MAX_LAG} (the backend's declared max lag) overrides "
+    f"(default: {DEFAULT_SLO}, one bound for every backend, 10s unless the workload sets --on-time).",
 )
 @click.option("--duration", default=DEFAULT_DURATION, show_default=True, help="Measured window of each run.")
 @click.option(
@@ -69,7 +69,7 @@ def sweep(
     ctx: click.Context,
     scheduler_opt: str,
     rates: str,
-    slo_spec: str,
+    slo_spec: str | None,
     duration: str,
     warmup: str,
     workload: str | None,
@@ -95,6 +95,12 @@ def sweep(
 
     try:
         rate_list = parse_rates(rates)
+        slo_source = "--slo-p99"
+        if slo_spec is None:
+            from harness.sweep import default_slo_spec
+
+            slo_spec = default_slo_spec(workload, ctx.args)
+            slo_source = "the workload's on-time bound, one for every backend"
         slo_ms, slo_overrides = parse_slo(slo_spec)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -111,6 +117,7 @@ def sweep(
         names=names,
         rates=rate_list,
         slo_spec=slo_spec,
+        slo_source=slo_source,
         slo_ms=slo_ms,
         slo_overrides=slo_overrides,
         duration=duration,
@@ -184,7 +191,7 @@ def _print_table(data: dict[str, Any]) -> None:
     m = Table(
         title="maximum sustainable rate" + (f" vs the pgbench ceiling ({ceiling:,.0f} rows/s)" if ceiling else "")
     )
-    for col in ("backend", "max rate/s", "of ceiling", "p99 SLO", "stopped"):
+    for col in ("backend", "max rate/s", "of ceiling", "p99 SLO", "declared bound", "stopped"):
         m.add_column(col, justify="left" if col in ("backend", "stopped") else "right")
     for name, b in data["backends"].items():
         m.add_row(
@@ -192,6 +199,7 @@ def _print_table(data: dict[str, Any]) -> None:
             fmt.fixed(b["max_sustainable_rate"], none="below the lowest rate"),
             fmt.pct(b.get("fraction_of_ceiling")),
             fmt.fixed(b.get("slo_p99_ms"), "{:,.0f} ms"),
+            fmt.fixed(b.get("declared_max_lag_s"), "{:g} s"),
             str(b.get("stop_reason") or fmt.MISSING),
         )
     console.print(m)

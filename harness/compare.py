@@ -43,9 +43,31 @@ def tuned_control(of: str, like: str) -> PlannedRun:
     return PlannedRun(of, tuple(args + ["--label", label]), label)
 
 
-def plan(names: list[str], with_tuned_control: bool) -> list[PlannedRun]:
-    """The runs of a comparison in order; the tuned control right after the design it controls."""
-    runs = [PlannedRun(n) for n in names]
+STATE_WRITES = ("skip-unchanged", "always")
+# skip-unchanged by default: the Composio article names it as its next step, pg_leased,
+# temporal_per_trigger and dbos_workflows do it, and only pg_queue's delete-and-insert cannot.
+DEFAULT_STATE_WRITES = "skip-unchanged"
+STATE_OPTION = "skip_unchanged_state"
+
+
+def state_write_args(scheduler: str, policy: str | None) -> tuple[str, ...]:
+    """The ``--opt`` that holds ``scheduler`` to ``policy`` (none for a design with one policy
+    of its own: its capabilities say which, and the report marks its figures)."""
+    from schedulers.base import scheduler_class
+
+    if policy is None:
+        return ()
+    if policy not in STATE_WRITES:
+        raise UsageError(f"--state-writes {policy!r}: choose {' or '.join(STATE_WRITES)}")
+    if STATE_OPTION not in scheduler_class(scheduler).default_options:
+        return ()
+    return ("--opt", f"{STATE_OPTION}={'true' if policy == 'skip-unchanged' else 'false'}")
+
+
+def plan(names: list[str], with_tuned_control: bool, state_writes: str | None = None) -> list[PlannedRun]:
+    """The runs of a comparison in order; the tuned control right after the design it controls;
+    each held to the ``state_writes`` policy where the design has a choice."""
+    runs = [PlannedRun(n, state_write_args(n, state_writes)) for n in names]
     if not with_tuned_control:
         return runs
     of, like = TUNED_CONTROL
@@ -55,7 +77,9 @@ def plan(names: list[str], with_tuned_control: bool) -> list[PlannedRun]:
             f"--schedulers must include both (got {', '.join(names)})"
         )
     i = names.index(of)
-    return runs[: i + 1] + [tuned_control(of, like)] + runs[i + 1 :]
+    control = tuned_control(of, like)
+    control = PlannedRun(of, state_write_args(of, state_writes) + control.extra_args, control.label)
+    return runs[: i + 1] + [control] + runs[i + 1 :]
 
 
 def default_schedulers(choice: str | None) -> list[str]:

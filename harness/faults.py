@@ -21,7 +21,10 @@ SPEC forms (offsets count from the run's start, ``arm_start``; durations as ``30
 ``hold-snapshot@10s:120s``
     A separate session runs ``BEGIN ISOLATION LEVEL REPEATABLE READ``, reads, and stays idle in
     that transaction for the duration: its snapshot pins the xmin horizon, so vacuum cannot
-    remove the dead tuples the run keeps making (held-horizon: the doom loop's trigger).
+    remove the dead tuples the run keeps making (held-horizon: the doom loop's trigger). It
+    records ``n_dead_tup`` of each of the scheduler's relations (and their TOAST tables) when the
+    snapshot is taken and when it is released (``dead_tuples_start`` / ``dead_tuples_end``; the
+    statistics trail the server by up to a second, see :mod:`metrics.sampler`).
 ``slow-provider@30s:60s:5s``
     Every provider poll takes 5 s for 60 s (the polling processor's latency, on its lanes).
 
@@ -204,6 +207,7 @@ class FaultInjector:
         temporal_address: str | None,
         max_lag_s: float,
         say,
+        relations: list[str] | None = None,
     ) -> None:
         self.specs = specs
         self.workers = workers
@@ -214,6 +218,7 @@ class FaultInjector:
         self.temporal_address = temporal_address
         self.max_lag_s = float(max_lag_s)
         self.say = say
+        self.relations = list(relations or [])  # "schema.table": whose dead tuples a held snapshot counts
         self.spans: list[dict[str, Any]] = [
             {**asdict(s), "planned_at": None, "start": None, "end": None, "fired": False, "note": ""} for s in specs
         ]
@@ -346,6 +351,9 @@ class FaultInjector:
             # the first statement takes the snapshot; from here its xmin pins the horizon
             cur = await conn.execute("SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = pg_backend_pid()")
             xmin = (await cur.fetchone())[0]
+            # read inside the snapshot's transaction: the statistics views are not MVCC, and
+            # this is the transaction's only statistics read, so nothing cached is reread
+            span["dead_tuples_start"] = await self._dead_tuples(conn)
             self._begin(span)
             span["xmin"] = xmin
             await self._sleep_unless(done, span["duration_s"])
@@ -353,9 +361,32 @@ class FaultInjector:
                 await conn.execute("COMMIT")
             finally:
                 span["end"] = time.time()
+            span["dead_tuples_end"] = await self._dead_tuples(conn)
             span["note"] = f"held a REPEATABLE READ snapshot (xmin {xmin}) idle for {span['end'] - span['start']:.1f} s"
         finally:
             await conn.close()
+
+    async def _dead_tuples(self, conn) -> dict[str, float]:
+        """``n_dead_tup`` of each watched relation and of its TOAST table, by sampler scope."""
+        from metrics.rundir import TOAST_SUFFIX
+
+        if not self.relations:
+            return {}
+        cur = await conn.execute(
+            """SELECT n.nspname || '.' || c.relname, s.n_dead_tup, t.n_dead_tup
+               FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_stat_all_tables s ON s.relid = c.oid
+               LEFT JOIN pg_stat_all_tables t ON t.relid = c.reltoastrelid
+               WHERE n.nspname || '.' || c.relname = ANY(%(names)s::text[])""",
+            {"names": self.relations},
+        )
+        out: dict[str, float] = {}
+        for name, dead, toast_dead in await cur.fetchall():
+            out[name] = float(dead or 0)
+            if toast_dead is not None:
+                out[name + TOAST_SUFFIX] = float(toast_dead)
+        return out
 
     async def _slow_provider(self, span: dict[str, Any], done: asyncio.Event) -> None:
         p = self.processor

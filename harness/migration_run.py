@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.inputs import RunPlan
 from harness.session import RunSession
 from harness.workers import Killed, Workers
 from reports import fmt
@@ -193,15 +194,17 @@ class MigrationRun(RunSession):
         fault_specs=(),
     ) -> None:
         super().__init__(
-            _DualClass(primary_cls, shadow_cls),
-            opts,
-            with_long_horizon(workload),
-            dsn,
-            temporal_address,
-            out,
-            keep,
-            argv,
-            fault_specs=fault_specs,
+            RunPlan(
+                _DualClass(primary_cls, shadow_cls),
+                opts,
+                with_long_horizon(workload),
+                out,
+                fault_specs=list(fault_specs),
+                dsn=dsn,
+                temporal_address=temporal_address,
+                keep=keep,
+                argv=argv,
+            )
         )
         self.steps = list(steps)
         self.tolerance_s = tolerance_s
@@ -341,6 +344,7 @@ class MigrationRun(RunSession):
             "to": scheduler.shadow.name,
             "tolerance_s": self.tolerance_s,
             "switch_at_s": None if self.dual.switch_at is None else self.dual.switch_at - origin,
+            "origin": origin,
             "reasons": result.verdict.reasons,
             "slo": result.verdict.checks,
             "lag": lag,
@@ -362,6 +366,8 @@ class MigrationRun(RunSession):
                 "executed_by_both": result.double_executed,
                 "backfilled": result.backfilled,
                 "undecided": result.undecided,
+                "parked": self.dual.parks,
+                "parks_followed": self.dual.followed,
                 "executed_by_primary": result.executed_by.get(PRIMARY, 0),
                 "executed_by_shadow": result.executed_by.get(SHADOW, 0),
                 "long_horizon_timers": len(reh.long_horizon),
@@ -416,12 +422,17 @@ def verdict_lines(m: dict[str, Any]) -> list[str]:
     slo = m["slo"]
     p99, reg = slo["shadow_lag_p99"], slo["lag_regression_p99"]
     reg_limit = "no limit" if reg["limit"] is None else f"limit {fmt.lag(reg['limit'])}"
+    origin = m.get("origin") or 0.0
+    worst = lag.get("regression_period")
     out.append(
-        f"  lag p99    {m['from']} {fmt.lag(lag['primary']['p99'])}, {m['to']} {fmt.lag(lag['shadow']['p99'])} "
+        f"  lag p99    {m['from']} {_store_lag(lag['primary'], origin)}, {m['to']} {_store_lag(lag['shadow'], origin)} "
         f"(limit {fmt.lag(p99['limit'])}, {p99['limit_from']}: {'ok' if p99['ok'] else 'EXCEEDED'}); "
-        f"regression {_signed_lag(lag['regression_p99'])} ({reg_limit}: {'ok' if reg['ok'] else 'EXCEEDED'}); "
-        f"over {lag['shadow']['fires']:,} fires"
+        f"regression {_signed_lag(lag['regression_p99'])}"
+        + ("" if worst is None else f" (period {worst + 1} below)")
+        + f" ({reg_limit}: {'ok' if reg['ok'] else 'EXCEEDED'})"
     )
+    for i, q in enumerate(lag.get("periods") or []):
+        out.append(f"  lag {i + 1:<6} " + _period_line(q, m, origin))
     for f in lag.get("faults") or []:
         rec = ", ".join(
             f"{store} {'never late' if s is None else f'{s:.1f} s'}" for store, s in f["recovered_s"].items()
@@ -527,6 +538,51 @@ def _long_horizon_line(m: dict[str, Any]) -> str | None:
         return None
     where = "; ".join(f"{store} after {', '.join(kinds)}" for store, kinds in per_store.items())
     return f"  horizon    {total:,} long-horizon timers checked at their fire time: {where}"
+
+
+def _fires(d: dict, origin: float) -> str:
+    """How many fires a figure covers and their due times."""
+    if not d.get("fires") or d.get("due_from") is None:
+        return "no fires judged"
+    return f"{d['fires']:,} fires due {d['due_from'] - origin:.1f}-{d['due_to'] - origin:.1f} s"
+
+
+def _store_lag(d: dict, origin: float) -> str:
+    """A store's headline p99: executed (or, never having executed, observed), over which fires."""
+    if not d.get("fires"):
+        return f"{fmt.MISSING} (executed and observed no fires judged)"
+    return f"{fmt.lag(d.get('p99'))} {d.get('role', '')} ({_fires(d, origin)})"
+
+
+def _period_line(q: dict, m: dict, origin: float) -> str:
+    """One period between switches: who executed, each store's p99 in its role, the regression
+    and what it compares."""
+    names = {"primary": m["from"], "shadow": m["to"]}
+    ex, ob = q["executor"], "shadow" if q["executor"] == "primary" else "primary"
+    lo = "start" if q["due_from"] is None else f"{q['due_from'] - origin:.1f} s"
+    hi = "end" if q["due_to"] is None else f"{q['due_to'] - origin:.1f} s"
+    e, o = q[ex], q[ob]
+    text = f"fires due {lo} to {hi}: {names[ex]} executes p99 {fmt.lag(e.get('p99'))} ({e['fires']:,} fires judged)"
+    text += (
+        f", {names[ob]} observes p99 {fmt.lag(o.get('p99'))} ({o['fires']:,} fires)"
+        if o.get("fires")
+        else f", {names[ob]} observes no fires judged"
+    )
+    if ex == "primary" and not q.get("same_fires"):
+        text += f"; regression {fmt.MISSING} (no fire judged in both stores)"
+    elif ex == "primary":
+        text += (
+            f"; regression {_signed_lag(q['regression_p99'])} on the same {q['same_fires']:,} fires "
+            f"({m['to']} observing {fmt.lag(q.get('shadow_p99_same_fires'))} - {m['from']} executing "
+            f"{fmt.lag(q.get('primary_p99_same_fires'))})"
+        )
+    else:
+        base = q.get("baseline") or {}
+        text += (
+            f"; regression {_signed_lag(q['regression_p99'])} against {m['from']}'s own p99 before the switch "
+            f"{fmt.lag(base.get('p99'))} ({_fires(base, origin)})"
+        )
+    return text
 
 
 def _signed_lag(v) -> str:

@@ -71,6 +71,17 @@ def parse_fire_at(value: Any, where: str) -> float | None:
     raise BadTimers(f"{where}.fire_at must be epoch seconds, an ISO-8601 time or null, got {type(value).__name__}")
 
 
+def load_json(text: str) -> Any:
+    """A request body as JSON; :class:`BadTimers` (a 400) when it is not JSON or is nested deeper
+    than the parser's recursion limit (``[[[[...]]]]`` 100,000 deep raised RecursionError: a 500)."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadTimers(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadTimers("body is nested too deeply to be a timer list") from None
+
+
 def parse_timers(body: Any, known_types: Sequence[str]) -> list[Timer]:
     """Validate a PUT /timers body completely; raise BadTimers naming the first problem."""
     items = body.get("timers") if isinstance(body, dict) else body
@@ -264,8 +275,10 @@ class Node:
         if not self._authorised(request):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401)
         try:
-            body = json.loads(await request.text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = load_json(await request.text())
+        except BadTimers as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        except UnicodeDecodeError as exc:
             return web.json_response({"error": f"body is not JSON: {exc}"}, status=400)
         try:
             timers = parse_timers(body, sorted(self.processors))
@@ -292,8 +305,8 @@ class Node:
         if not self._authorised(request):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401)
         try:
-            at = float(json.loads(await request.text())["at"])
-        except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+            at = float(load_json(await request.text())["at"])
+        except (ValueError, KeyError, TypeError):  # BadTimers and UnicodeDecodeError are ValueErrors
             return web.json_response({"error": 'body must be {"at": epoch seconds}'}, status=400)
         if self.on_rearm_until is None:
             return web.json_response({"error": "this node re-arms nothing"}, status=404)

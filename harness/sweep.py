@@ -53,6 +53,7 @@ class SweepPlan:
     names: list[str]
     rates: list[float]
     slo_spec: str
+    slo_source: str  # where the SLO of every backend without an override comes from
     slo_ms: float  # the p99 SLO of every backend without an override
     slo_overrides: dict[str, float | str]
     duration: str
@@ -85,6 +86,17 @@ def default_warmup_s(workload: str | None, extra_args: list[str]) -> float:
     args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(extra_args)
     interval = args[args.index("--interval") + 1] if "--interval" in args[:-1] else None
     return float(load_workload(workload or DEFAULT_WORKLOAD, {"interval": interval}).warmup_s or 0.0)
+
+
+def default_slo_spec(workload: str | None, extra_args: list[str]) -> str:
+    """The sweep's SLO without --slo-p99: one p99 bound for every backend, the workload's on-time
+    bound (past it every run counts a fire late; an --on-time passed through to the runs counts)."""
+    from harness.inputs import load_workload
+
+    args = ([] if workload else DEFAULT_WORKLOAD_ARGS) + list(extra_args)
+    on_time = args[args.index("--on-time") + 1] if "--on-time" in args[:-1] else None
+    w = load_workload(workload or DEFAULT_WORKLOAD, {"on_time": on_time, "interval": None})
+    return f"{w.on_time_s:g}s"
 
 
 def workload_args(plan: SweepPlan) -> list[str]:
@@ -123,6 +135,7 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
         "rates": plan.rates,
         "slo_p99_ms": plan.slo_ms,
         "slo_spec": plan.slo_spec,
+        "slo_source": plan.slo_source,
         "retries": plan.retries,
         "duration": plan.duration,
         "warmup": plan.warmup or f"{plan.warmup_s:g}s",
@@ -170,6 +183,7 @@ def run_sweep(plan: SweepPlan, echo: Callable[[str], None]) -> SweepResult:
     for name in plan.names:
         max_lag_s = declared_max_lag_s(name, None)
         backend_slo_ms, slo_source = slo_for(name, plan.slo_ms, plan.slo_overrides, max_lag_s)
+        slo_source = plan.slo_source if slo_source == "--slo-p99" else slo_source
         backend_warmup_s = warmup_for(plan.warmup_s, max_lag_s)
         backend: dict[str, Any] = {
             "rates": {},

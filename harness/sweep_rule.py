@@ -39,10 +39,11 @@ def parse_rates(text: str) -> list[float]:
 
 
 MAX_LAG = "max-lag"
-# the Composio article: pg_queue's scheduler wakes once a second and temporal_shards batches due timers for
-# up to MaxLag (10 s) by design; a 1 s p99 would judge those designs, not their capacity. Issue 11
-# sets their targets accordingly (temporal_shards: "lag within MaxLag plus poll time").
-DEFAULT_SLO = f"1s,pg_queue={MAX_LAG},temporal_shards={MAX_LAG}"
+# Without --slo-p99 every backend is held to one p99 bound, the workload's on-time bound
+# (harness.sweep.default_slo_spec: 10 s, the Composio article's polling MaxLag, unless the
+# workload sets another), so "held" means the same for every design; each backend's declared
+# bound is recorded beside it (declared_max_lag_s). NAME=max-lag judges one by its own bound.
+DEFAULT_SLO = "the workload's on-time bound"
 
 
 def parse_slo(text: str) -> tuple[float, dict[str, float | str]]:
@@ -80,7 +81,9 @@ def parse_slo(text: str) -> tuple[float, dict[str, float | str]]:
         else:
             default_ms = float(parsed)
     if default_ms is None:
-        raise ValueError(f"invalid --slo-p99 {text!r}: give the SLO for every backend first, e.g. {DEFAULT_SLO}")
+        raise ValueError(
+            f"invalid --slo-p99 {text!r}: give the SLO for every backend first, e.g. 10s,temporal_shards={MAX_LAG}"
+        )
     return default_ms, overrides
 
 

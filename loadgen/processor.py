@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from loadgen.population import Population
 from loadgen.workload import Workload
+from metrics import rundir
 from metrics.recorder import FireRecorder
 from schedulers.base import Fire, Outcome
 
@@ -371,23 +372,15 @@ class PollingProcessor:
             at = np.array([held_at.get(tid, np.nan) for tid in ids], np.float64)
             with np.errstate(invalid="ignore"):
                 held = pa.array(~np.isnan(at) & (at <= due + 2e-6))
-        return pa.table(
-            {
-                "timer_id": pa.array(ids, pa.string()),
-                "tenant_id": pa.array([self.pop.tenants[i] for i in idx.tolist()], pa.string()),
-                "type": pa.array(["poll"] * n, pa.string()),
-                "due_at": due,
-                "armed_at": self.armed_at[idx],
-                "fired_at": pa.nulls(n, pa.float64()),
-                "lag_s": pa.nulls(n, pa.float64()),
-                "attempt": pa.array(np.zeros(n, np.int32)),
-                "worker": pa.array([""] * n, pa.string()),
-                "batch": pa.array(np.full(n, -1, np.int64)),
-                "effect_delivered": pa.array(np.zeros(n, bool)),
-                "warmup": pa.array(np.fmax(due, self.armed_at[idx]) < measure_start),
-                "external_effect": pa.array(np.zeros(n, bool)),
-                "held_at_end": held,
-            }
+        return rundir.fire_rows(
+            n,
+            timer_id=ids,
+            tenant_id=[self.pop.tenants[i] for i in idx.tolist()],
+            type=["poll"] * n,
+            due_at=due,
+            armed_at=self.armed_at[idx],
+            warmup=np.fmax(due, self.armed_at[idx]) < measure_start,
+            held_at_end=held,
         )
 
 

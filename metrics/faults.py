@@ -23,6 +23,12 @@ crash. Overlapping faults (a snapshot held across a restart) share fires and say
     lag exceeded the scheduler's declared ``capabilities.max_lag_s`` (0 when none did, or when
     they had all arrived by the time the fault ended); None when no fire at all was delivered
     within the bound after it (lag never came back under the bound within the run).
+``dead_tuples`` (hold-snapshot)
+    per relation (sampler scope, TOAST tables as ``schema.table#toast``): ``start`` and
+    ``release``, ``n_dead_tup`` when the snapshot was taken and when it was released (read by the
+    fault itself), and ``lowest_after`` / ``lowest_after_s``, the lowest ``n_dead_tup`` the
+    sampler read after the release and how many seconds after it (None without such a sample):
+    what vacuum and page pruning took away once the horizon moved.
 """
 
 from __future__ import annotations
@@ -150,5 +156,37 @@ def fault_summary(run_dir: str | Path) -> list[dict[str, Any]] | None:
         for extra in ("worker", "replacement", "mid_batch", "xmin"):
             if extra in f:
                 row[extra] = f[extra]
+        if f["kind"] == "hold-snapshot" and "dead_tuples_start" in f:
+            row["dead_tuples"] = _dead_tuples_held(run_dir, f, end)
         out.append(row)
     return out
+
+
+def _dead_tuples_held(run_dir: str | Path, f: dict[str, Any], released: float) -> dict[str, dict[str, Any]]:
+    """Per relation: dead tuples when the snapshot was taken, when it was released, and the
+    lowest the sampler saw after the release (see the module's docstring)."""
+    from metrics.rundir import read_samples
+
+    start, end = f.get("dead_tuples_start") or {}, f.get("dead_tuples_end") or {}
+    s = read_samples(run_dir)
+    after: dict[str, tuple[float, float]] = {}
+    if len(s):
+        scope = np.asarray(s.column("scope").to_pylist(), dtype=object)
+        metric = np.asarray(s.column("metric").to_pylist(), dtype=object)
+        t = s.column("t").to_numpy(zero_copy_only=False).astype(np.float64)
+        v = s.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
+        keep = (metric == "n_dead_tup") & (t > released) & ~np.isnan(v)
+        for rel in set(start) | set(end):
+            m = keep & (scope == rel)
+            if m.any():
+                i = int(np.argmin(np.where(m, v, np.inf)))
+                after[rel] = (float(v[i]), float(t[i]) - released)
+    return {
+        rel: {
+            "start": start.get(rel),
+            "release": end.get(rel),
+            "lowest_after": after[rel][0] if rel in after else None,
+            "lowest_after_s": after[rel][1] if rel in after else None,
+        }
+        for rel in sorted(set(start) | set(end))
+    }

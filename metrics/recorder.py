@@ -194,24 +194,21 @@ class FireRecorder:
         warm = np.repeat([c.warmup for c in chunks], sizes)
         effects = np.frombuffer(effects, dtype=np.uint8).astype(bool)
         external = np.frombuffer(external, dtype=np.uint8).astype(bool)
-        return pa.table(
-            {
-                "timer_id": pa.array(flat("ids"), pa.string()),
-                "tenant_id": pa.array(flat("tenants"), pa.string()),
-                "type": pa.array(flat("types"), pa.string()),
-                "due_at": cat("due"),
-                "armed_at": cat("armed"),
-                "fired_at": fired,
-                "lag_s": cat("lag"),
-                "attempt": cat("attempt"),
-                "worker": pa.array([str(x) for x in flat("workers")], pa.string()),
-                "batch": cat("batch"),
-                "effect_delivered": effects,
-                "warmup": warm,
-                "external_effect": external,
-                "held_at_end": pa.nulls(len(fired), pa.bool_()),  # only undelivered rows have one
-            },
-            schema=FIRES_SCHEMA,
+        return rundir.fire_rows(
+            len(fired),
+            timer_id=flat("ids"),
+            tenant_id=flat("tenants"),
+            type=flat("types"),
+            due_at=cat("due"),
+            armed_at=cat("armed"),
+            fired_at=fired,
+            lag_s=cat("lag"),
+            attempt=cat("attempt"),
+            worker=[str(x) for x in flat("workers")],
+            batch=cat("batch"),
+            effect_delivered=effects,
+            warmup=warm,
+            external_effect=external,
         )
 
     def _write(self, table: pa.Table) -> None:

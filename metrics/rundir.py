@@ -212,6 +212,37 @@ FIRES_SCHEMA = pa.schema(
     ]
 )
 
+
+# What a fire row holds when its builder does not say: an undelivered fire's values.
+_FIRE_DEFAULTS: dict[str, Any] = {
+    "attempt": 0,
+    "worker": "",
+    "batch": -1,
+    "effect_delivered": False,
+    "external_effect": False,
+}
+
+
+def fire_rows(n: int, **columns: Any) -> pa.Table:
+    """``n`` rows of a fire log in :data:`FIRES_SCHEMA`, the one place they are built (the
+    recorder's delivered fires, the processor's undelivered ones): ``columns`` by name (arrays
+    or lists of ``n``); a column not given is null (``fired_at``, ``lag_s``, ``held_at_end``:
+    never delivered, not asked) or an undelivered fire's value (attempt 0, batch -1, no effect)."""
+    unknown = set(columns) - set(FIRES_SCHEMA.names)
+    if unknown:
+        raise ValueError(f"not fire-log columns: {sorted(unknown)}")
+    out = {}
+    for f in FIRES_SCHEMA:
+        if f.name in columns:
+            v = columns[f.name]
+            out[f.name] = v.cast(f.type) if isinstance(v, pa.Array) else pa.array(v, f.type)
+        elif f.name in _FIRE_DEFAULTS:
+            out[f.name] = pa.array([_FIRE_DEFAULTS[f.name]] * n, f.type)
+        else:
+            out[f.name] = pa.nulls(n, f.type)
+    return pa.table(out, schema=FIRES_SCHEMA)
+
+
 SAMPLES_SCHEMA = pa.schema(
     [
         ("t", pa.float64()),

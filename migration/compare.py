@@ -13,9 +13,13 @@ not have fired yet (its declared max lag is the usual grace).
 
 Matching by (id, due) says *whether* the shadow fires what the primary does, never *when*: both
 sides carry the same due times. For a scheduler, when it fires is the result, so the lag
-comparison (:func:`lag_comparison`) is a result of its own: each side's lag distribution over the
-judged fires, the regression (shadow p99 minus primary p99), and the same per tenant, worst
-first. The verdict (:func:`verdict`) checks the shadow's p99 against ``max_lag_p99`` (default:
+comparison (:func:`lag_comparison`) is a result of its own. A store's lag is taken where its
+processor received the fire; a store that observes (does not execute) answers at once, so its
+figure is the lag it would have had. Per store: its lag over the fires it executed, while it
+executed them (a store that never executed: over the fires it observed; ``role`` says which).
+Per period between switches, the regression compares like with like (see
+:func:`lag_comparison`); the headline regression is the worst period's, and the same per tenant,
+worst first. The verdict (:func:`verdict`) checks the shadow's p99 against ``max_lag_p99`` (default:
 the target design's declared bound, ``capabilities.max_lag_s``) and, when given, the regression
 against ``max_lag_regression``. A NO-GO names the figure that failed.
 """
@@ -134,51 +138,148 @@ def compare(
     return c
 
 
-def _side_lags(fires: SideFires, judged: Callable[[float, float], bool]) -> tuple[np.ndarray, dict[str, list[float]]]:
-    """Lag (ms) of each judged fire of one side (its first delivery per key), and per tenant.
+def _side_lags(
+    fires: SideFires, judged: Callable[[float, float], bool], role: Callable[[float], bool] | None = None
+) -> tuple[dict[tuple[str, float], float], dict[str, str]]:
+    """Lag (ms) of each judged fire of one side (its first delivery per key) whose due time
+    ``role(due)`` accepts (None: every one), by key; and each timer's tenant.
     ``judged(due, lag_s)``."""
-    all_ms: list[float] = []
-    per_tenant: dict[str, list[float]] = {}
+    out: dict[tuple[str, float], float] = {}
     for timer_id, items in fires.by_id.items():
         unique, _ = _dedupe(items)
-        tenant = fires.tenants.get(timer_id, "")
         for due, lag in unique:
-            if judged(due, lag):
-                ms = lag * 1000.0
-                all_ms.append(ms)
-                per_tenant.setdefault(tenant, []).append(ms)
-    return np.asarray(all_ms), per_tenant
+            if judged(due, lag) and (role is None or role(due)):
+                out[(timer_id, due)] = lag * 1000.0
+    return out, fires.tenants
 
 
-def _summary(arr: np.ndarray) -> dict[str, float | int | None]:
-    if len(arr) == 0:
-        return {"fires": 0, "p50": None, "p99": None, "max": None}
-    return {
-        "fires": int(len(arr)),
-        "p50": float(np.percentile(arr, 50)),
-        "p99": float(np.percentile(arr, 99)),
-        "max": float(arr.max()),
-    }
+def _summary(lags: dict[tuple[str, float], float] | np.ndarray, role: str | None = None) -> dict:
+    arr = np.asarray(list(lags.values()) if isinstance(lags, dict) else lags)
+    out: dict = (
+        {"fires": 0, "p50": None, "p99": None, "max": None}
+        if len(arr) == 0
+        else {
+            "fires": int(len(arr)),
+            "p50": float(np.percentile(arr, 50)),
+            "p99": float(np.percentile(arr, 99)),
+            "max": float(arr.max()),
+        }
+    )
+    if isinstance(lags, dict) and lags:
+        dues = [d for _, d in lags]
+        out["due_from"], out["due_to"] = min(dues), max(dues)
+    if role is not None:
+        out["role"] = role
+    return out
 
 
-def lag_comparison(primary: SideFires, shadow: SideFires, judged: Callable[[float, float], bool]) -> dict:
-    """Each side's lag over the judged fires (``judged(due, lag_s)``), the p99 regression, and
-    the worst tenants."""
-    p_all, p_ten = _side_lags(primary, judged)
-    s_all, s_ten = _side_lags(shadow, judged)
-    p, s = _summary(p_all), _summary(s_all)
-    regression = s["p99"] - p["p99"] if p["p99"] is not None and s["p99"] is not None else None
-    tenants = []
-    for tenant in p_ten.keys() & s_ten.keys():
-        pl, sl = np.asarray(p_ten[tenant]), np.asarray(s_ten[tenant])
-        if min(len(pl), len(sl)) == 0:
+def _p99(values: list[float]) -> float | None:
+    return float(np.percentile(np.asarray(values), 99)) if values else None
+
+
+Switches = list[tuple[float, str]]
+
+
+def _executor(switches: Switches) -> Callable[[float], str]:
+    def side(due: float) -> str:
+        s = "primary"
+        for due_from, who in switches:
+            if due >= due_from:
+                s = who
+            else:
+                break
+        return s
+
+    return side
+
+
+def lag_comparison(
+    primary: SideFires,
+    shadow: SideFires,
+    judged: Callable[[float, float], bool],
+    switches: Switches = (),  # type: ignore[assignment]
+) -> dict:
+    """Each store's lag where it executed (and, for the store that only observed, the lag it
+    would have had), per period between switches, and the regression step by step.
+
+    ``switches``: (due from, side executing) ascending, as :class:`migration.dual.DualState`
+    keeps them. Per period the regression compares like with like: while the old store
+    executes, the new one observes the same fires (new p99 minus old p99 over the fires both
+    saw); while the new store executes, its p99 against the old store's own p99 from before
+    the first switch (the old store only observes meanwhile, and an observer's lag is not its
+    executing lag). The headline ``regression_p99`` is the worst period's."""
+    switches = list(switches)
+    who = _executor(switches)
+    p_exec, tenants_p = _side_lags(primary, judged, lambda d: who(d) == "primary")
+    s_exec, tenants_s = _side_lags(shadow, judged, lambda d: who(d) == "shadow")
+    s_obs, _ = _side_lags(shadow, judged, lambda d: who(d) == "primary")
+    p_obs, _ = _side_lags(primary, judged, lambda d: who(d) == "shadow")
+    first_switch = next((t for t, side in switches if side == "shadow"), None)
+    before = {k: v for k, v in p_exec.items() if first_switch is None or k[1] < first_switch}
+    p = _summary(p_exec, "executed") if p_exec else _summary(p_obs, "observed")
+    s = _summary(s_exec, "executed") if s_exec else _summary(s_obs, "observed")
+    bounds = [t for t, _ in switches]
+    periods = []
+    for i, (lo, hi) in enumerate(zip([-np.inf, *bounds], [*bounds, np.inf])):
+        side = "primary" if i == 0 else switches[i - 1][1]
+
+        def inside(lags: dict, lo=lo, hi=hi) -> dict:
+            return {k: v for k, v in lags.items() if lo <= k[1] < hi}
+
+        if side == "primary":
+            ex, ob = inside(p_exec), inside(s_obs)
+            both = ex.keys() & ob.keys()
+            ex_p99 = _p99([ex[k] for k in both])
+            ob_p99 = _p99([ob[k] for k in both])
+            reg = None if ex_p99 is None or ob_p99 is None else ob_p99 - ex_p99
+            compares = "the new store observing against the old store executing, over the fires both saw"
+            period = {
+                "executor": "primary",
+                "primary": _summary(ex, "executed"),
+                "shadow": _summary(ob, "observed"),
+                "same_fires": len(both),
+                "primary_p99_same_fires": ex_p99,
+                "shadow_p99_same_fires": ob_p99,
+            }
+        else:
+            ex, ob = inside(s_exec), inside(p_obs)
+            base = _summary(before, "executed")
+            reg = None if not ex or base["p99"] is None else _summary(ex)["p99"] - base["p99"]
+            compares = "the new store executing against the old store's own p99 before the switch"
+            period = {
+                "executor": "shadow",
+                "shadow": _summary(ex, "executed"),
+                "primary": _summary(ob, "observed"),
+                "baseline": base,
+            }
+        if not ex and not ob:
             continue
-        pp, sp = float(np.percentile(pl, 99)), float(np.percentile(sl, 99))
+        period.update(
+            due_from=None if lo == -np.inf else float(lo),
+            due_to=None if hi == np.inf else float(hi),
+            regression_p99=reg,
+            compares=compares,
+        )
+        periods.append(period)
+    regs = [q for q in periods if q["regression_p99"] is not None]
+    worst = max(regs, key=lambda q: q["regression_p99"]) if regs else None
+    # per tenant: the new store's headline fires against the old store's executed ones
+    s_lags = s_exec or s_obs
+    per_p: dict[str, list[float]] = {}
+    per_s: dict[str, list[float]] = {}
+    for (tid, _), v in p_exec.items():
+        per_p.setdefault(tenants_p.get(tid, ""), []).append(v)
+    for (tid, _), v in s_lags.items():
+        per_s.setdefault(tenants_s.get(tid, ""), []).append(v)
+    tenants = []
+    for tenant in per_p.keys() & per_s.keys():
+        pl, sl = per_p[tenant], per_s[tenant]
+        pp, sp = _p99(pl), _p99(sl)
         tenants.append(
             {
                 "tenant": tenant,
-                "fires_primary": int(len(pl)),
-                "fires_shadow": int(len(sl)),
+                "fires_primary": len(pl),
+                "fires_shadow": len(sl),
                 "primary_p99": pp,
                 "shadow_p99": sp,
                 "regression_p99": sp - pp,
@@ -190,7 +291,9 @@ def lag_comparison(primary: SideFires, shadow: SideFires, judged: Callable[[floa
         "unit": "ms",
         "primary": p,
         "shadow": s,
-        "regression_p99": regression,
+        "periods": periods,
+        "regression_p99": None if worst is None else worst["regression_p99"],
+        "regression_period": None if worst is None else periods.index(worst),
         "tenants": len(tenants),
         "worst_tenants": enough[:TENANTS_SHOWN],
         "worst_tenant": enough[0] if enough else None,
@@ -200,6 +303,28 @@ def lag_comparison(primary: SideFires, shadow: SideFires, judged: Callable[[floa
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} ms"
+
+
+def period_figures(q: dict) -> tuple[float | None, float | None]:
+    """(new store p99, old store p99) a period's regression is taken from."""
+    if q["executor"] == "primary":
+        return q.get("shadow_p99_same_fires"), q.get("primary_p99_same_fires")
+    return q["shadow"]["p99"], (q.get("baseline") or {}).get("p99")
+
+
+def period_text(lag: dict, origin: float = 0.0) -> str:
+    """The worst period's regression in words: which figures, over which due times."""
+    i = lag.get("regression_period")
+    if i is None:
+        return "no period with both figures"
+    q = lag["periods"][i]
+    new, old = period_figures(q)
+    if q["executor"] == "primary":
+        return (
+            f"new store observing p99 {_ms(new)} - old store executing p99 {_ms(old)} on the same "
+            f"{q['same_fires']:,} fires"
+        )
+    return f"new store executing p99 {_ms(new)} - old store's p99 before the switch {_ms(old)}"
 
 
 @dataclass
@@ -271,8 +396,8 @@ def verdict(
         }
         if reg is not None and reg > max_lag_regression_ms:
             reasons.append(
-                f"lag regression {_ms(reg)} (shadow p99 {_ms(p99)} - primary p99 "
-                f"{_ms(lag['primary']['p99'])}) exceeds --max-lag-regression {_ms(max_lag_regression_ms)}"
+                f"lag regression {_ms(reg)} ({period_text(lag)}) exceeds --max-lag-regression "
+                f"{_ms(max_lag_regression_ms)}"
             )
     else:
         checks["lag_regression_p99"] = {"value": reg, "limit": None, "limit_from": "none given", "ok": True}

@@ -23,9 +23,13 @@ walks them):
   fire's **due time** (:meth:`DualState.executor`): a switch at T moves every fire due from T
   on, so both sides agree on every key and none is executed twice or left to the other. The
   observing side answers with the re-arm time the executing side decided for the same ``(timer
-  id, due time)``, so both stores carry the same schedule (the re-arm's dual write). If the
-  observer fires first it waits for the decision, up to ``decision_wait_s``; past that it
-  re-arms on its own (``now + 1 s``, flagged ``undecided``, a mismatch the comparison sees).
+  id, due time)``, so both stores carry the same schedule (the re-arm's dual write). An observer
+  never waits for that decision: waiting would hold its store's claim slots and make its lag
+  the rehearsal's, not the design's. If it fires first it **parks** the timer (re-arms it
+  ``max(decision_wait_s, PARK_MIN_S)`` out) and, once its store has committed and the decision
+  is known, the dual writer writes the application's latest fire time into it (a follow:
+  batched, through the store's outbox on failure). A parked timer that fires at its park time
+  (no decision came) is counted ``undecided``, a mismatch the comparison sees.
 * **Claim loops per store** (:class:`SideLoop`): started, stopped gracefully (``stop-old-writes``),
   crashed and restarted or stalled (faults), each on its own.
 
@@ -41,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +65,10 @@ RETRY_MAX_S = 5.0  # ... up to this
 REPLAY_BATCH = 2000  # timers per replayed arm() call
 COPY_BATCH = 2000  # timers per arm() call of a backfill or re-sync
 LOOP_STOP_S = 60.0  # a store's run loop stops gracefully within this, or it is cancelled
+# An observer that fires before the executor decided re-arms its store this far out until the
+# decision is written into it (a store that is down meanwhile gets it from its outbox later).
+PARK_MIN_S = 60.0
+FOLLOW_FLUSH_S = 0.1  # parked timers brought to the executor's decision are written this often
 CHAIN_HOPS = 8  # re-arm decisions followed when asking whether one store is catching up
 
 
@@ -98,7 +106,13 @@ class DualState:
     decision_wait_s: float = 15.0
     switches: list[tuple[float, str]] = field(default_factory=list)  # (due from, side), ascending
     decisions: dict[tuple[str, float], float | None] = field(default_factory=dict)
-    waiters: dict[tuple[str, float], asyncio.Event] = field(default_factory=dict)
+    # observed before the decision: key -> side -> None (its store has not committed the park
+    # yet) or the fire (committed, waiting for the decision)
+    parked: dict[tuple[str, float], dict[str, Fire | None]] = field(default_factory=dict)
+    park_times: set[tuple[str, float]] = field(default_factory=set)  # (id, park time) of every park
+    parks: int = 0
+    followed: int = 0  # parks brought to the executor's decision by a write
+    on_follow: Callable[[str, Fire], None] | None = None  # set by the dual writer
     executed: dict[tuple[str, float], str] = field(default_factory=dict)  # key -> side that polled it first
     executions: dict[tuple[str, float], int] = field(default_factory=dict)  # key -> polls by the executor
     double_executed: list[tuple[str, float]] = field(default_factory=list)  # polled by both stores
@@ -107,8 +121,8 @@ class DualState:
     expected: dict[str, float] = field(default_factory=dict)  # id -> latest fire time armed or decided
     undecided: int = 0
     skipped_already_done: int = 0
-    closing: bool = False  # the run is stopping: observers stop waiting for decisions
-    released_at_stop: int = 0  # observed fires answered without a decision because the run stopped
+    closing: bool = False  # the run is stopping
+    released_at_stop: int = 0  # parks still without a decision when the run stopped
 
     # -- who executes -----------------------------------------------------------------------
 
@@ -141,29 +155,47 @@ class DualState:
 
     def decide(self, key: tuple[str, float], next_fire_at: float | None) -> None:
         self.decisions[key] = next_fire_at
-        ev = self.waiters.pop(key, None)
-        if ev is not None:
-            ev.set()
+        waiting = self.parked.get(key)
+        if not waiting:
+            return
+        for side, fire in list(waiting.items()):
+            if fire is not None:  # its store has committed the park: bring it to the decision now
+                del waiting[side]
+                self._follow(side, fire)
+        if not waiting:
+            del self.parked[key]
 
-    async def decision(self, key: tuple[str, float]) -> tuple[bool, float | None]:
+    def park(self, side: str, fire: Fire, park_at: float) -> None:
+        """``side`` observed ``fire`` before its executor decided: its store re-arms the timer at
+        ``park_at`` until the decision is written into it (once the store has committed)."""
+        self.parked.setdefault((fire.timer_id, us(fire.due_at)), {})[side] = None
+        self.park_times.add((fire.timer_id, us(park_at)))
+        self.parks += 1
+
+    def park_committed(self, side: str, fire: Fire) -> None:
+        """``side``'s store committed a parked fire: follow now if the decision is known, else
+        when it comes (a write before the commit would be overwritten by the park)."""
+        key = (fire.timer_id, us(fire.due_at))
+        waiting = self.parked.get(key)
+        if waiting is None or side not in waiting:
+            return
         if key in self.decisions:
-            return True, self.decisions[key]
-        if self.closing:
-            return False, None
-        ev = self.waiters.setdefault(key, asyncio.Event())
-        try:
-            await asyncio.wait_for(ev.wait(), self.decision_wait_s)
-        except TimeoutError:
-            return False, None
-        return True, self.decisions.get(key)
+            del waiting[side]
+            if not waiting:
+                del self.parked[key]
+            self._follow(side, fire)
+        else:
+            waiting[side] = fire
+
+    def _follow(self, side: str, fire: Fire) -> None:
+        self.followed += 1
+        if self.on_follow is not None:
+            self.on_follow(side, fire)
 
     def close(self) -> None:
-        """The run stops: an executor that stops decides nothing more, so observers waiting for
-        its decisions are released (a graceful stop must not wait out ``decision_wait_s``)."""
+        """The run stops: parks still waiting for a decision will not get one."""
         self.closing = True
-        for ev in self.waiters.values():
-            ev.set()
-        self.waiters.clear()
+        self.released_at_stop = sum(len(w) for w in self.parked.values())
 
     def explains(self, timer_id: str, a: float, b: float) -> bool:
         """True when one of two fire times of ``timer_id`` leads to the other through recorded
@@ -343,19 +375,23 @@ class SideProcessor:
         return out
 
     async def _observe(self, fires: Sequence[Fire]) -> list[Outcome]:
+        """Answer at once: the executor's decision when known, else park the timer (see
+        :meth:`DualState.park`). Never waits, so the observing store's claim loop runs as it
+        would on its own and its lag is the lag it would have had."""
         dual = self.dual
-
-        async def one(f: Fire) -> Outcome:
-            known, next_fire_at = await dual.decision((f.timer_id, us(f.due_at)))
-            if not known:
-                if dual.closing:
-                    dual.released_at_stop += 1
-                else:
-                    dual.undecided += 1
-                next_fire_at = time.time() + 1.0
-            return Outcome(next_fire_at=next_fire_at, new_state=None, effect=False)
-
-        return list(await asyncio.gather(*(one(f) for f in fires)))
+        now = time.time()
+        out = []
+        for f in fires:
+            key = (f.timer_id, us(f.due_at))
+            if key in dual.decisions:
+                out.append(Outcome(next_fire_at=dual.decisions[key], new_state=None, effect=False))
+                continue
+            if key in dual.park_times:  # parked here before and no decision came for the park
+                dual.undecided += 1
+            park_at = now + max(dual.decision_wait_s, PARK_MIN_S)
+            dual.park(self.side, f, park_at)
+            out.append(Outcome(next_fire_at=park_at, new_state=None, effect=False))
+        return out
 
     def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
         mine_f: list[Fire] = []
@@ -367,6 +403,8 @@ class SideProcessor:
             if self.dual.executed.get(key) == self.side:  # this side polled it: the real processor hears
                 mine_f.append(f)
                 mine_d.append(d)
+            elif key in self.dual.parked:
+                self.dual.park_committed(self.side, f)
         if mine_f:
             self.real.committed(mine_f, mine_d)
 
@@ -434,6 +472,12 @@ class DualWriteScheduler:
         self._procs: dict[str, dict[str, SideProcessor]] = {}
         self._wid = "dual"
         self._changed: asyncio.Event | None = None
+        # parked observed fires to bring to the executor's decision, per store: id -> the fire
+        self.follow_pending: dict[str, dict[str, Fire]] = {s: {} for s in SIDES}
+        self.follow_writes = 0  # timers written by follows (re-armed or disarmed)
+        self.follow_failed_disarms = 0
+        self._followers: dict[str, asyncio.Task] = {}
+        self.dual.on_follow = self._on_follow
         self.capabilities = Capabilities(
             max_lag_s=max(primary.capabilities.max_lag_s, shadow.capabilities.max_lag_s),
             heartbeat_leases=primary.capabilities.heartbeat_leases and shadow.capabilities.heartbeat_leases,
@@ -494,6 +538,7 @@ class DualWriteScheduler:
         """The application stops writing ``side``; returns how many queued writes were dropped."""
         async with self._lock("arm"):
             self.writes.discard(side)
+            self.follow_pending[side].clear()
             return self.outbox[side].drop(time.time())
 
     def _timeout(self, timers: Sequence[Timer]) -> float:
@@ -523,7 +568,9 @@ class DualWriteScheduler:
                     raise
                 now = time.time()
                 self._mark(record, timers, now)
-            self.dual.note_armed(timers, now)
+                # under the store's lock: a follow into it reads the application's view and
+                # writes it in one go, so it never writes an older view over this write
+                self.dual.note_armed(timers, now)
             for side in sorted(self.writes - {record}):
                 await self._write(side, timers)
 
@@ -579,9 +626,61 @@ class DualWriteScheduler:
                 delay = RETRY_FIRST_S
 
     def cancel_replays(self) -> None:
-        for task in self._drains.values():
+        for task in [*self._drains.values(), *self._followers.values()]:
             task.cancel()
         self._drains.clear()
+        self._followers.clear()
+
+    # -- follows: a parked observer brought to the executor's decision -----------------------------
+
+    def _on_follow(self, side: str, fire: Fire) -> None:
+        if side not in self.writes:  # a store no longer written is not kept in step
+            return
+        self.follow_pending[side][fire.timer_id] = fire
+        task = self._followers.get(side)
+        if task is None or task.done():
+            self._followers[side] = asyncio.create_task(self._follow_loop(side))
+
+    async def _follow_loop(self, side: str) -> None:
+        """Writes the application's latest fire time of every parked timer into ``side``, in
+        batches: what the executor decided, or a newer application write (the move wins); a
+        timer the executor finished is disarmed."""
+        while self.follow_pending[side]:
+            await asyncio.sleep(FOLLOW_FLUSH_S)
+            # under the store's lock, like the application's writes to it (which note their fire
+            # time under that lock too): no write can fall between reading the view and writing
+            # it. Never under the application's write lock: its writes must not wait for a follow
+            async with self._lock(side):
+                pending, self.follow_pending[side] = self.follow_pending[side], {}
+                expected = self.dual.expected
+                timers = [
+                    Timer(tid, expected[tid], f.type, f.tenant_id, f.priority)
+                    for tid, f in pending.items()
+                    if tid in expected
+                ]
+                gone = [tid for tid in pending if tid not in expected]
+                if side not in self.writes:
+                    continue
+                ob = self.outbox[side]
+                for lo in range(0, len(timers), COPY_BATCH):
+                    chunk = timers[lo : lo + COPY_BATCH]
+                    if ob.pending:
+                        ob.queue(chunk)
+                        continue
+                    attempt = time.time()
+                    try:
+                        await asyncio.wait_for(self.stores[side].arm(chunk), self._timeout(chunk))
+                        self._mark(side, chunk, time.time())
+                    except Exception as exc:  # the store is down: the follow completes through its outbox
+                        ob.failed(exc, attempt, len(chunk))
+                        ob.queue(chunk)
+                        self._ensure_replay(side)
+                if gone:
+                    try:
+                        await asyncio.wait_for(self.stores[side].disarm(gone), self._timeout(gone))
+                    except Exception:
+                        self.follow_failed_disarms += len(gone)
+                self.follow_writes += len(timers) + len(gone)
 
     async def copy(
         self, source: str, target: str, *, disarm_extra: bool = False, rearm_lagging: bool = False

@@ -125,6 +125,58 @@ def confirm(first: Drift, second: Drift, tolerance_s: float = MATCH_S) -> tuple[
     return out, first.total - out.total
 
 
+def account(
+    first_src: Sequence[Timer],
+    first_tgt: Sequence[Timer],
+    first: Drift,
+    final: Drift,
+    second: tuple[Sequence[Timer], Sequence[Timer]] | None,
+) -> dict[str, Any]:
+    """Where every timer of the two counts of the first read went: armed in both (the same, a
+    fire behind, moved), or held by one store only, then, by the second read: back in the
+    other store (it was in flight or claimed there: a timer between a claim and its re-arm is
+    missing from one design's ``export_armed`` and listed by another's at its past fire time),
+    gone from the one that held it (it fired since the read and finished, or its store was a
+    fire behind one that had finished it), changed there (fired and re-armed since), or still
+    the same difference (drift). The categories add up to the counts."""
+    src_ids = {t.id for t in first_src}
+    tgt_ids = {t.id for t in first_tgt}
+    only_src, only_tgt = src_ids - tgt_ids, tgt_ids - src_ids
+    both = len(src_ids & tgt_ids)
+    out: dict[str, Any] = {
+        "source_armed": len(src_ids),
+        "target_armed": len(tgt_ids),
+        "in_both": both,
+        "in_both_same": both - first.catching_up - len(first.moved),
+        "in_both_catching_up": first.catching_up,
+        "in_both_moved": len(first.moved),
+        "in_both_moved_confirmed": len(final.moved),
+    }
+    for key, ids, holder, drift in (
+        ("only_source", only_src, 0, final.missing),
+        ("only_target", only_tgt, 1, final.extra),
+    ):
+        cat = {"total": len(ids), "in_flight": 0, "fired_since": 0, "changed": 0, "drift": 0}
+        if second is None:
+            cat["drift"] = len(ids)
+        else:
+            now = [{t.id: t.fire_at for t in second[0]}, {t.id: t.fire_at for t in second[1]}]
+            before = {t.id: t.fire_at for t in (first_src if holder == 0 else first_tgt)}
+            for i in ids:
+                if i in drift:
+                    cat["drift"] += 1
+                elif i in now[1 - holder]:
+                    cat["in_flight"] += 1
+                elif i not in now[holder]:
+                    cat["fired_since"] += 1
+                elif not _same(now[holder][i], before.get(i), MATCH_S):
+                    cat["changed"] += 1
+                else:  # the same at both reads but not confirmed (cannot happen: confirm keeps it)
+                    cat["drift"] += 1
+        out[key] = cat
+    return out
+
+
 async def read(source: Scheduler, target: Scheduler) -> tuple[list[Timer], list[Timer]]:
     """Both stores at (nearly) the same moment."""
     src, tgt = await asyncio.gather(source.export_armed(), target.export_armed())
@@ -162,6 +214,8 @@ async def reconcile(
     }
     drift, went_away = first, 0
     second_read_at = started
+    first_reads = (src, tgt)
+    second = None
     if first.total and settle_s > 0:
         say(
             f"reconcile: {first.total:,} differences in the first read; reading again in {settle_s:g} s to "
@@ -170,7 +224,9 @@ async def reconcile(
         await asyncio.sleep(settle_s)
         second_read_at = time.time()
         src, tgt = await read(source, target)
+        second = (src, tgt)
         drift, went_away = confirm(first, diff(src, tgt, tolerance_s=tolerance_s, explains=explains), tolerance_s)
+    report["accounts"] = account(first_reads[0], first_reads[1], first, drift, second)
     report.update(
         drift=drift.counts(),
         samples=drift.samples(),
@@ -209,11 +265,12 @@ async def reconcile(
 def summary_line(r: dict[str, Any]) -> str:
     """One line: what drifted, what was repaired, what is left."""
     d = r["drift"]
-    line = (
-        f"{r['source']} -> {r['target']}: {r['source_armed']:,} vs {r['target_armed']:,} armed; drift "
-        f"{d['total']:,} (missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,})"
-    )
-    if r.get("catching_up"):
+    a = r.get("accounts")
+    line = f"{r['source']} -> {r['target']}: {r['source_armed']:,} vs {r['target_armed']:,} armed"
+    if a:
+        line += ": " + accounts_text(a, r["source"], r["target"])
+    line += f"; drift {d['total']:,} (missing {d['missing']:,}, extra {d['extra']:,}, moved {d['moved']:,})"
+    if not a and r.get("catching_up"):
         line += f"; {r['catching_up']:,} catching up (a fire behind, re-arm known)"
     if r.get("repaired") is not None:
         a = r["after_repair"] or {}
@@ -222,3 +279,29 @@ def summary_line(r: dict[str, Any]) -> str:
             f"after repair {a.get('total', 0):,}"
         )
     return line
+
+
+def accounts_text(a: dict[str, Any], source: str, target: str) -> str:
+    """Every timer of both counts of the first read, by category (see :func:`account`)."""
+    both = [f"{a['in_both_same']:,} at the same time"]
+    if a["in_both_catching_up"]:
+        both.append(f"{a['in_both_catching_up']:,} a fire behind (re-arm known)")
+    if a["in_both_moved"]:
+        both.append(f"{a['in_both_moved']:,} at another time ({a['in_both_moved_confirmed']:,} confirmed)")
+    parts = [f"in both {a['in_both']:,} ({', '.join(both)})"]
+    for key, holder, other in (("only_source", source, target), ("only_target", target, source)):
+        c = a[key]
+        if not c["total"]:
+            continue
+        why = [
+            f"{c[k]:,} {label}"
+            for k, label in (
+                ("in_flight", f"in flight or claimed in {other} at the read, there by the second"),
+                ("fired_since", f"fired since the read (gone from {holder} by the second)"),
+                ("changed", f"fired and re-armed in {holder} since the read"),
+                ("drift", f"still not in {other} (drift)"),
+            )
+            if c[k]
+        ]
+        parts.append(f"only in {holder} {c['total']:,} (" + "; ".join(why) + ")")
+    return "; ".join(parts)

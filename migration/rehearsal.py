@@ -454,7 +454,7 @@ class Rehearsal:
             # start (fired = due + lag, near enough: a re-arm into the past is rare)
             return judged(due) and due >= lag_from and not any(a <= due + lag and due < b for a, b in lag_exclude)
 
-        lag = lag_comparison(dual.fires[PRIMARY], dual.fires[SHADOW], lag_judged)
+        lag = lag_comparison(dual.fires[PRIMARY], dual.fires[SHADOW], lag_judged, list(dual.switches))
         lag["excluded_windows"] = [list(w) for w in lag_exclude]
         lag["faults"] = [
             {k: (v - self.origin if k != "recovered_s" and v is not None else v) for k, v in r.items()}
@@ -518,8 +518,7 @@ class Rehearsal:
         end, that came later than the bound), and the window the lag figures leave out: every
         fire still to come at the fault's start and due until the new store was back (at least
         the slower store's max lag plus 2 s past the fault's end). Only the new store's recovery
-        extends the window: the faults of a rehearsal hit its side, and an old store that
-        observes a slower new one reads late while it waits for its decisions."""
+        extends the window: the faults of a rehearsal hit its side."""
         out = []
         for start, end in faults:
             late_until = end

@@ -83,7 +83,13 @@ def blocks(path: Path, data: dict[str, Any]) -> list[Block]:
         Block("strong", head),
         Block(
             "p",
-            f"{path} · SLO: {data.get('slo')} · rule: {data.get('rule')} · {data.get('duration')} measured + "
+            f"{path} · SLO: {data.get('slo')}"
+            + (
+                f" (the design's own declared bound, for information: {data['declared_max_lag_s']:g} s)"
+                if data.get("declared_max_lag_s") is not None
+                else ""
+            )
+            + f" · rule: {data.get('rule')} · {data.get('duration')} measured + "
             f"{data.get('warmup_s')} s warm-up per step" + ("" if data.get("complete") else " · search incomplete"),
         ),
         *([] if data.get("scheduler") == "memory" else [Block("p", _harness_line(data.get("harness"), found))]),

@@ -73,7 +73,7 @@ def run_checks(run: Run) -> list[Check]:
 
 
 # A failed check whose warning the run already carries is not said twice.
-_CHECK_WARNING = {
+CHECK_WARNING = {
     "complete": "incomplete run",
     "rate held": "rate not held",
     "steady state": "not steady state",
@@ -89,6 +89,6 @@ def warning_lines(run: Run, checks: list[Check]) -> list[str]:
     failed = [
         f"check failed: {c.name} — {c.detail}"
         for c in checks
-        if c.ok is False and not any(_CHECK_WARNING.get(c.name, "\0") in w for w in warnings)
+        if c.ok is False and not any(CHECK_WARNING.get(c.name, "\0") in w for w in warnings)
     ]
     return fmt.collapse(warnings + failed) + [str(n) for n in run.summary.get("measurement_notes") or []]

@@ -47,7 +47,7 @@ def build_decision(
 
 @dataclass
 class Block:
-    kind: str  # "h2", "h3", "p", "strong", "list", "table"
+    kind: str  # "h2", "h3", "p", "strong", "list", "table", "alert" (a red box)
     text: str = ""
     items: list[str] = field(default_factory=list)
     header: list[str] = field(default_factory=list)
@@ -62,36 +62,41 @@ def _ms(v: float | None) -> str:
     return f"{v:,.0f} ms" if v >= 10 else f"{v:.1f} ms"
 
 
+def _declared(run: Run) -> str:
+    from reports.recommend import declared_bound_s
+
+    b = declared_bound_s(run)
+    return "—" if b is None else f"lag within {b:g} s"
+
+
 def recommendation_blocks(d: Decision) -> list[Block]:
     rec = d.recommendation
-    out = [
-        Block("h2", "Recommendation"),
-        Block("strong", rec.headline),
-        Block("p", f"SLO: {rec.slo_text}." + (f" Cost: {rec.cost_figure}." if rec.cost_figure else "")),
-    ]
+    # the headline, the SLO and the cost figure are on the first screen (reports.first_screen)
+    out = [Block("h2", "Recommendation: why")]
     if rec.why:
         out += [Block("h3", "Why"), Block("list", items=rec.why)]
     if rec.would_change:
         out += [Block("h3", "What would change the answer"), Block("list", items=rec.would_change)]
     if rec.not_measured:
-        out += [Block("h3", "What was not measured"), Block("list", items=rec.not_measured)]
+        out.append(Block("p", "What was not measured, and every other caveat, is in the Notes at the end."))
     if rec.verdicts and len(rec.verdicts) > 1:
         out.append(
             Block(
                 "table",
-                header=["run", "meets the SLO", "checks", "cost per fire"],
+                header=["run", "meets the SLO", "checks", "declared bound (information)", "cost per fire"],
                 rows=[
                     [
                         v.run.label,
                         "yes" if v.meets else "no",
                         "; ".join(f"{t}: {m}{'' if ok else ' ✘'}" for t, m, ok in v.checks),
+                        _declared(v.run),
                         "—" if v.cost is None else fmt_figure(FIGURES[rec.cost_name], v.cost),
                     ]
                     for v in rec.verdicts
                 ],
             )
         )
-    return out
+    return out if len(out) > 1 else []
 
 
 def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
@@ -107,6 +112,17 @@ def fairness_blocks(d: Decision, runs: list[Run]) -> list[Block]:
             "other tenants fired.",
         ),
     ]
+    declared = [(r.label, (r.config.get("capabilities") or {}).get("per_tenant_fairness")) for r in runs]
+    if any(d is not None for _, d in declared):
+        out.append(
+            Block(
+                "p",
+                "Per-tenant fairness as each design declares it for the options it ran with (config.json "
+                "capabilities: pg_leased only with one claim statement in flight, claimers=1): "
+                + ", ".join(f"{label} {'—' if d is None else ('yes' if d else 'no')}" for label, d in declared)
+                + ".",
+            )
+        )
     rows = [
         ["tenants"],
         ["Jain's index"],
@@ -236,6 +252,8 @@ def blocks_html(blocks: list[Block], section_id: str) -> str:
             out.append(f'<p class="pick">{escape(b.text)}</p>')
         elif b.kind == "p":
             out.append(f'<p class="howto">{escape(b.text)}</p>')
+        elif b.kind == "alert":
+            out.append(f'<div class="warnbox">{escape(b.text)}</div>')
         elif b.kind == "list":
             out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in b.items) + "</ul>")
         elif b.kind == "table":
@@ -265,6 +283,8 @@ def blocks_markdown(blocks: list[Block]) -> str:
             out.append(f"**{b.text}**")
         elif b.kind == "p":
             out.append(b.text)
+        elif b.kind == "alert":
+            out.append(f"> **Unusable:** {b.text}")
         elif b.kind == "list":
             out.append("\n".join(f"- {i}" for i in b.items))
         elif b.kind == "table":

@@ -12,9 +12,10 @@ from html import escape
 
 from reports import fmt
 from reports.capacity import section_capacity_html
-from reports.checks import run_checks, warning_lines
+from reports.checks import run_checks
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
+from reports.first_screen import first_screen_blocks, notes_blocks
 from reports.load import Run
 from reports.model import Report
 from reports.neighbour import section_neighbour_html
@@ -23,7 +24,6 @@ from reports.sweep import section_sweep_html
 from reports.tables import (
     ENVIRONMENT_ROWS,
     SUMMARY_LEGEND,
-    environment_differences,
     environment_value,
     how_to_read_report,
     migration_lag_rows,
@@ -58,6 +58,13 @@ td.na{color:#8a6d00} .notes{font-size:12px;color:#444} .notes li{margin:2px 0}
 td.q{text-align:left;font-family:ui-monospace,monospace;font-size:11px;max-width:620px;overflow-wrap:anywhere}
 .pick{font-size:17px;font-weight:700;margin:8px 0}
 .verdict-go{color:#1d7a1d;font-size:20px;font-weight:700} .verdict-nogo{color:#b3261e;font-size:20px;font-weight:700}
+table{display:block;max-width:100%;overflow-x:auto} #environment{display:table}
+#first h2{margin-top:12px} #first ul{margin:4px 0;padding-left:20px} #first .howto{margin:4px 0}
+.first-figs{display:grid;grid-template-columns:1fr 1fr;gap:10px}
+.first-figs figure{margin:6px 0;padding:6px} .first-figs figcaption{font-size:12px}
+@media (max-width:900px){.first-figs{grid-template-columns:1fr}}
+p,li,figcaption{overflow-wrap:anywhere}
+@media (max-width:600px){main{padding:12px 10px 40px} #environment{display:block} .cite{white-space:normal}}
 """
 
 
@@ -84,6 +91,40 @@ def section_header(report: Report) -> str:
     )
 
 
+FIRST_SCREEN_FIGURES = ("lag_cdf", "cost_by_store")  # the deciding pictures, beside the answer
+
+
+def _figure_html(f, caption: bool = True) -> str:
+    data = base64.b64encode(f.png).decode("ascii")
+    return (
+        f'<figure id="figure-{f.key}"><img class="plot" data-figure="{f.key}" alt="{escape(f.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption><b>Figure {f.number} · {escape(f.title)}.</b> '
+        + (escape(f.caption) if caption else "")
+        + "</figcaption></figure>"
+    )
+
+
+def section_first_screen(report: Report) -> str:
+    """The answer, the per-design lines, the workload, what makes a figure unusable, and the
+    deciding pictures: what a reader sees before scrolling."""
+    html = blocks_html(first_screen_blocks(report.decision, report.runs), "first")
+    figs = [f for key in FIRST_SCREEN_FIGURES for f in report.figures if f.key == key]
+    if not figs:
+        return html
+    legend = " ".join(f"{_swatch(r)}{escape(r.label)}" for r in report.runs)
+    pictures = "".join(_figure_html(f, caption=False) for f in figs)
+    return html.replace(
+        "</section>",
+        f'<div class="meta">Colours: {legend}. Captions in the Figures section.</div>'
+        f'<div class="first-figs">{pictures}</div></section>',
+        1,
+    )
+
+
+def section_notes(report: Report) -> str:
+    return blocks_html(notes_blocks(report.runs, report.decision), "notes")
+
+
 def section_checks(report: Report) -> str:
     """Checks and warnings of every run, at the top where nobody misses them."""
     if not report.runs and not report.failures:
@@ -105,28 +146,9 @@ def section_checks(report: Report) -> str:
                 f"{escape(c.detail)}</td>"
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    out = ['<section id="checks-section"><h2>Checks and warnings</h2>']
+    out = ['<section id="checks-section"><h2>Checks</h2>']
     if report.runs:
         out.append('<table id="checks">' + _run_headers(report, "check") + "".join(rows) + "</table>")
-    warned = False
-    for r, checks in zip(report.runs, per_run):
-        lines = warning_lines(r, checks)
-        if lines:
-            warned = True
-            items = [f"<li>{escape(line)}</li>" for line in lines]
-            out.append(
-                f'<div class="warnbox" data-run="{escape(r.label)}">{_swatch(r)}<b>{escape(r.label)}</b>'
-                f"<ul>{''.join(items)}</ul></div>"
-            )
-    diffs = environment_differences(report.runs)
-    if diffs:
-        warned = True
-        out.append(
-            '<div class="warnbox"><b>Runs from different environments</b> — absolute figures are not directly '
-            "comparable:<ul>" + "".join(f"<li>{escape(d)}</li>" for d in diffs) + "</ul></div>"
-        )
-    if not warned and report.runs:
-        out.append('<div class="okbox">No run recorded a warning.</div>')
     out.append("</section>")
     return "".join(out)
 
@@ -165,9 +187,13 @@ def section_summary(report: Report) -> str:
             if c.note:
                 classes.append("na")
             title = f' title="{escape(c.note)}"' if c.note else ""
+            text = escape(c.text)
+            if row.spec.key == "options" and c.text:  # folded: up to 30 key=value pairs per design
+                n = len([x for x in c.text.split(",") if "=" in x])
+                text = f"<details><summary>{n} options</summary>{text}</details>"
             cells.append(
                 f'<td class="{" ".join(classes)}" data-row="{row.spec.key}" data-run="{escape(r.label)}" '
-                f'data-value="{escape(str(value))}"{title}>{escape(c.text)}{ratio}</td>'
+                f'data-value="{escape(str(value))}"{title}>{text}{ratio}</td>'
             )
         rows.append(f'<tr data-row="{row.spec.key}">' + "".join(cells) + "</tr>")
     notes = t.notes()
@@ -279,12 +305,13 @@ def section_figures(report: Report) -> str:
     legend = " ".join(f"{_swatch(r)}{escape(r.label)}" for r in report.runs)
     out = [f'<section id="figures"><h2>Figures</h2><div class="meta">Colours: {legend}</div>']
     for f in report.figures:
-        data = base64.b64encode(f.png).decode("ascii")
-        out.append(
-            f'<figure id="figure-{f.key}"><img class="plot" data-figure="{f.key}" alt="{escape(f.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption><b>Figure {f.number} · {escape(f.title)}.</b> '
-            f"{escape(f.caption)}</figcaption></figure>"
-        )
+        if f.key in FIRST_SCREEN_FIGURES:  # drawn at the top; its caption here
+            out.append(
+                f'<p class="meta" data-caption="{f.key}"><b>Figure {f.number} · {escape(f.title)}</b> (at the top). '
+                f"{escape(f.caption)}</p>"
+            )
+        else:
+            out.append(_figure_html(f))
     out.append("</section>")
     return "".join(out)
 
@@ -342,7 +369,7 @@ def section_migration(report: Report) -> str:
             out.append(
                 '<div class="warnbox"><ul>' + "".join(f"<li>{escape(str(x))}</li>" for x in reasons) + "</ul></div>"
             )
-        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        scalars = {k: v for k, v in m.items() if k not in ("verdict", "origin") and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
         body = "".join(
             f'<tr><td class="k">{escape(str(k))}</td><td>{escape(str(v))}</td></tr>'
@@ -404,12 +431,15 @@ def section_per_day(report: Report) -> str:
 
 SECTIONS: list[Callable[[Report], str]] = [
     section_header,
-    section_checks,
+    section_first_screen,  # the answer, the per-design lines, the deciding pictures
     section_failures,
-    section_recommendation,  # reports/recommend.py: the answer first, its reasons below
-    section_gate,  # only with --fail-on
+    # a sweep's, a capacity search's or a rehearsal's own verdict, right below the answer
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
     section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
+    section_migration,  # only for a `bench migrate dry-run`
+    section_recommendation,  # reports/recommend.py: the reasons behind the answer
+    section_gate,  # only with --fail-on
+    section_checks,
     section_summary,
     section_neighbour_html,  # reports/neighbour.py: only with --neighbour, --readers or --soak
     section_narrative,
@@ -420,7 +450,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_why,  # reports/why.py: only beside a rejected alternative of the Composio article
     section_per_day,
     section_figures,
-    section_migration,
+    section_notes,  # every warning once, with the figure it qualifies
     section_environment,
     section_runs,
 ]

@@ -1,5 +1,8 @@
-"""The same report as Markdown: every table of the HTML page and the narrative (the figures stay in
-the HTML file). Like the HTML page, a list of section renderers; "" means nothing to show."""
+"""The report as Markdown. By default a summary that fits a CI comment: the first screen as text
+(the answer, a line per design, the workload, what makes a figure unusable), the deciding figures
+as a small table, the notes, and where the full report is. ``full=True``: every table of the HTML
+page and the narrative (the figures stay in the HTML file). Like the HTML page, a list of section
+renderers; "" means nothing to show."""
 
 from __future__ import annotations
 
@@ -8,16 +11,16 @@ from collections.abc import Callable
 
 from reports import fmt
 from reports.capacity import section_capacity_markdown
-from reports.checks import run_checks, warning_lines
+from reports.checks import run_checks
 from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
+from reports.first_screen import first_screen_blocks, key_figures_block, notes_blocks
 from reports.model import Report
 from reports.neighbour import section_neighbour_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (
     ENVIRONMENT_ROWS,
     SUMMARY_LEGEND,
-    environment_differences,
     environment_value,
     how_to_read_report,
     migration_lag_rows,
@@ -65,15 +68,20 @@ def md_checks(report: Report) -> str:
             c = next((c for c in checks if c.name == name), None)
             row.append("—" if c is None else f"{'✔' if c.ok else ('?' if c.ok is None else '✘')} {c.detail}")
         rows.append(row)
-    out = ["## Checks and warnings", _table(_headers(report, "check"), rows)]
-    for r, checks in zip(report.runs, per_run):
-        items = warning_lines(r, checks)
-        if items:
-            out.append(f"**{r.label}**:\n" + "\n".join(f"- {w}" for w in items))
-    diffs = environment_differences(report.runs)
-    if diffs:
-        out.append("**Runs from different environments**:\n" + "\n".join(f"- {d}" for d in diffs))
-    return "\n\n".join(out)
+    return "## Checks\n\n" + _table(_headers(report, "check"), rows)
+
+
+def md_first_screen(report: Report) -> str:
+    return blocks_markdown(first_screen_blocks(report.decision, report.runs))
+
+
+def md_key_figures(report: Report) -> str:
+    block = key_figures_block(report.decision)
+    return blocks_markdown([block]) if block else ""
+
+
+def md_notes(report: Report) -> str:
+    return blocks_markdown(notes_blocks(report.runs, report.decision))
 
 
 def md_failures(report: Report) -> str:
@@ -237,7 +245,7 @@ def md_migration(report: Report) -> str:
     for r in runs:
         m = r.migration or {}
         out.append(f"### {r.label}: **{m.get('verdict', '?')}**")
-        scalars = {k: v for k, v in m.items() if k != "verdict" and not isinstance(v, (dict, list))}
+        scalars = {k: v for k, v in m.items() if k not in ("verdict", "origin") and not isinstance(v, (dict, list))}
         counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
         reasons = m.get("reasons") or []
         if reasons:
@@ -301,12 +309,14 @@ def md_why(report: Report) -> str:
 
 SECTIONS: list[Callable[[Report], str]] = [
     md_header,
-    md_checks,
+    md_first_screen,
     md_failures,
-    md_decision(recommendation_blocks),
-    md_decision(gate_blocks),
     section_sweep_markdown,
     section_capacity_markdown,
+    md_migration,
+    md_decision(recommendation_blocks),
+    md_decision(gate_blocks),
+    md_checks,
     md_summary,
     section_neighbour_markdown,
     md_narrative,
@@ -316,11 +326,29 @@ SECTIONS: list[Callable[[Report], str]] = [
     md_decision(fairness_blocks),
     md_why,
     md_decision(per_day_blocks),
-    md_migration,
+    md_notes,
     md_environment,
     md_runs,
 ]
 
+# The summary: what a CI comment or a chat message carries.
+SUMMARY_SECTIONS: list[Callable[[Report], str]] = [
+    md_header,
+    md_first_screen,
+    md_key_figures,
+    md_failures,
+    md_decision(gate_blocks),
+    section_sweep_markdown,  # a sweep's, a capacity search's or a rehearsal's verdict, when it is one
+    section_capacity_markdown,
+    md_migration,
+    md_notes,
+]
 
-def render_markdown(report: Report) -> str:
-    return "\n\n".join(s for s in (render(report) for render in SECTIONS) if s) + "\n"
+
+def render_markdown(report: Report, full: bool = False, html_name: str | None = None) -> str:
+    sections = SECTIONS if full else SUMMARY_SECTIONS
+    out = "\n\n".join(s for s in (render(report) for render in sections) if s)
+    if not full:
+        where = f"`{html_name}`" if html_name else "the HTML report"
+        out += f"\n\nThe full report, with every figure and table: {where}."
+    return out + "\n"

@@ -361,6 +361,54 @@ FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes]]] = [
 
 # Figures only some runs can have: (key, title, caption, renderer, whether these runs have it),
 # numbered after FIGURE_SPECS in this order when present.
+# The cost bars: what each store wrote per fire, in two units that do not add up together.
+COST_WRITES = (
+    ("Postgres heap", ("per_fire", "heap_writes"), "#4c72b0"),
+    ("Postgres TOAST", ("per_fire", "toast_writes"), "#8da0cb"),
+    ("Temporal persistence", ("servers", "temporal", "per_fire", "persistence_writes"), "#55a868"),
+)
+COST_BYTES = (
+    ("Postgres WAL", ("per_fire", "wal_bytes"), "#4c72b0"),
+    ("Temporal (kernel count)", ("servers", "temporal", "per_fire", "write_bytes"), "#55a868"),
+)
+
+
+def _dig(summary: dict, path: tuple[str, ...]) -> float | None:
+    v: object = summary
+    for key in path:
+        v = v.get(key) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, int | float) and np.isfinite(v) else None
+
+
+def has_cost_by_store(runs: list[Run]) -> bool:
+    return any(_dig(r.summary, path) for r in runs for _, path, _ in COST_WRITES + COST_BYTES)
+
+
+def cost_by_store(runs: list[Run]) -> bytes:
+    """Per run, one stacked bar per unit: the writes and the bytes each store paid per fire."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 0.9 + 0.45 * max(2, len(runs))))
+    labels = [r.label for r in runs]
+    y = np.arange(len(runs))
+    for ax, parts, unit in ((axes[0], COST_WRITES, "row writes per fire"), (axes[1], COST_BYTES, "bytes per fire")):
+        left = np.zeros(len(runs))
+        for name, path, colour in parts:
+            vals = np.array([_dig(r.summary, path) or 0.0 for r in runs])
+            if vals.any():
+                ax.barh(y, vals, left=left, color=colour, label=name, height=0.6)
+                left += vals
+        ax.set_yticks(y, labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+        ax.grid(True, axis="x", alpha=0.25)
+        if left.any():
+            ax.legend(fontsize=7, loc="lower right")
+        else:
+            _no_data(ax, "not measured")
+    axes[1].set_yticks(y, [""] * len(runs))
+    fig.tight_layout()
+    return _png(fig)
+
+
 OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], Callable[[list[Run]], bool]]] = [
     (
         "batch_sizes",
@@ -372,6 +420,15 @@ OPTIONAL_FIGURE_SPECS: list[tuple[str, str, str, Callable[[list[Run]], bytes], C
         "MaxLag, so its batches hold about rate × MaxLag / shards timers.",
         batch_size_histogram,
         has_batch_sizes,
+    ),
+    (
+        "cost_by_store",
+        "Cost per fire by store",
+        "What each fire cost each store over the measured window: row writes (the design's heap rows, their "
+        "TOAST chunks, Temporal's persistence writes) and bytes (Postgres WAL, and what the kernel charged "
+        "Temporal's process). The two units do not add up together; Table 1 has every figure of the bill.",
+        cost_by_store,
+        has_cost_by_store,
     ),
 ]
 

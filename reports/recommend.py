@@ -2,10 +2,12 @@
 sentence comes from the figures by the rules below; none is written in advance.
 
 1. **The SLO.** A run meets it when it held its offered rate, lost nothing, and meets every
-   threshold of ``--slo``. Without ``--slo``: lag p99 within the design's own declared bound
-   (``config.json`` ``capabilities.max_lag_s``; the workload's on-time limit for a run that did
-   not record it), 0 lost, and, with two or more tenants, Jain's index at least
-   :data:`DEFAULT_JAIN`.
+   threshold of ``--slo``. Without ``--slo``: lag p99 within **one** bound for every run of the
+   report, the workload's on-time bound (``on_time_s``, 10 s unless the workload sets it: the lag
+   past which every run already counts a fire late; the strictest when the runs' workloads
+   differ), 0 lost, and, with two or more tenants, Jain's index at least :data:`DEFAULT_JAIN`.
+   Each design's own declared bound (``capabilities.max_lag_s``) is shown beside its verdict as
+   information; it never moves the bar, so "meets the SLO" means the same for every design.
 2. **The cost.** Among the runs that meet it, the pick is the lowest cost per fire, measured by
    the first of :data:`COST_FIGURES` that **every** run has (bytes written across every store,
    else durable writes across stores, ...): a cost only some runs have would compare unlike bills.
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from reports.load import Run
+from reports.tables import state_writes_sentence
 from reports.thresholds import FIGURES, Threshold, fmt_figure, parse_thresholds, run_scorecard
 
 DEFAULT_JAIN = 0.9  # an even share of on-time fires across tenants, within 10 %
@@ -51,23 +54,38 @@ class Recommendation:
     slo_text: str = ""
 
 
-def declared_bound_s(run: Run) -> float:
+def declared_bound_s(run: Run) -> float | None:
+    """The design's own declared lag bound (``capabilities.max_lag_s``), information only."""
     caps = run.config.get("capabilities") or {}
-    if caps.get("max_lag_s") is not None:
-        return float(caps["max_lag_s"])
+    return None if caps.get("max_lag_s") is None else float(caps["max_lag_s"])
+
+
+def on_time_bound_s(run: Run) -> float:
+    """The lag past which the run counted a fire late (the workload's ``on_time_s``)."""
     return float(run.summary.get("on_time_s") or run.workload.get("on_time_s") or 10.0)
 
 
-def slo_for(run: Run, slo: list[Threshold] | None) -> list[Threshold]:
+def shared_bound_s(runs: list[Run]) -> tuple[float, str]:
+    """(the one lag bound every run of a report is judged by, why that one)."""
+    bounds = sorted({on_time_bound_s(r) for r in runs}) or [10.0]
+    why = "the workload's on-time bound, past which every run counts a fire late"
+    if len(bounds) > 1:
+        why += f"; the strictest of the runs' {', '.join(f'{b:g} s' for b in bounds)}"
+    return bounds[0], why
+
+
+def slo_for(run: Run, slo: list[Threshold] | None, bound_s: float | None = None) -> list[Threshold]:
+    """The thresholds ``run`` must meet: ``slo``, else lag p99 within ``bound_s`` (default: the
+    run's on-time bound), 0 lost and, with two or more tenants, Jain's index."""
     if slo:
         return [t for t in slo]
-    text = f"lag_p99<={declared_bound_s(run):g}s,lost=0"
+    text = f"lag_p99<={(on_time_bound_s(run) if bound_s is None else bound_s):g}s,lost=0"
     if run_scorecard(run).n_tenants >= 2:
         text += f",jain>={DEFAULT_JAIN:g}"
     return parse_thresholds(text, "--slo", allow_relative=False)
 
 
-def judge(run: Run, slo: list[Threshold] | None) -> RunVerdict:
+def judge(run: Run, slo: list[Threshold] | None, bound_s: float | None = None) -> RunVerdict:
     checks = []
     held = run.summary.get("rate_held")
     if held is False:
@@ -81,7 +99,7 @@ def judge(run: Run, slo: list[Threshold] | None) -> RunVerdict:
         )
     if run.summary.get("complete") is False:
         checks.append(("a complete run", run.summary.get("incomplete_reason") or "stopped early", False))
-    for th in slo_for(run, slo):
+    for th in slo_for(run, slo, bound_s):
         v = th.figure.get(run)
         ok = v is not None and not (isinstance(v, float) and math.isnan(v)) and th.crossed(float(v), th.value)
         checks.append((th.text, fmt_figure(th.figure, v), ok))
@@ -97,12 +115,19 @@ def _cost_figure(runs: list[Run]) -> str | None:
 
 def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
     slo = parse_thresholds(slo_text, "--slo", allow_relative=False) if slo_text else None
+    bound_s, why_bound = shared_bound_s(runs)
     slo_said = slo_text or (
-        f"lag p99 within each design's declared bound, 0 lost, Jain's index >= {DEFAULT_JAIN:g} across tenants"
+        f"lag p99 within {bound_s:g} s for every design ({why_bound}), 0 lost, Jain's index >= {DEFAULT_JAIN:g} "
+        "across tenants"
     )
+    declared = [(r.label, declared_bound_s(r)) for r in runs]
+    if any(d is not None for _, d in declared):
+        slo_said += "; each design's own declared bound, for information: " + ", ".join(
+            f"{label} {'unknown' if d is None else f'{d:g} s'}" for label, d in declared
+        )
     if not runs:
         return Recommendation(None, "No runs to recommend from.", slo_text=slo_said)
-    verdicts = [judge(r, slo) for r in runs]
+    verdicts = [judge(r, slo, bound_s) for r in runs]
     cost_name = _cost_figure(runs)
     cost_fig = FIGURES[cost_name] if cost_name else None
     for v in verdicts:
@@ -116,6 +141,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         slo_text=slo_said,
     )
     rec.not_measured = _not_measured(runs, cost_name)
+    policy = state_writes_sentence(runs)  # beside the cost figures it moves, whatever the outcome
     passing = sorted([v for v in verdicts if v.meets], key=lambda v: v.cost if v.cost is not None else math.inf)
     if len(runs) > 1 and len({r.scheduler for r in runs}) == 1:
         rec.headline = (
@@ -136,7 +162,7 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         rec.headline = "No design met the SLO on this workload."
         rec.why = [
             f"{v.run.label}: " + "; ".join(f"{t} measured {m}" for t, m, ok in v.checks if not ok) for v in verdicts
-        ]
+        ] + ([policy] if policy else [])
         rec.would_change = [
             f"{closest.run.label} failed the fewest thresholds "
             f"({sum(not ok for _, _, ok in closest.checks)}): relaxing "
@@ -156,6 +182,8 @@ def recommend(runs: list[Run], slo_text: str | None = None) -> Recommendation:
         + "."
     )
     rec.why.append(_checks_sentence(pick))
+    if policy:
+        rec.why.append(policy)
     if len(passing) > 1 and cost_fig and pick.cost is not None:
         second = passing[1]
         if second.cost is not None and pick.cost > 0:

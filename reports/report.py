@@ -44,9 +44,10 @@ def write_report(
     project_rate: float | None = None,
     fail_on: str | None = None,
     gate_path: Path | None = None,
+    markdown_full: bool = False,
 ) -> Report:
     """Load the runs, build the report and write the requested files; with ``fail_on``, the gate's
-    Markdown verdict too (``gate_path``)."""
+    Markdown verdict too (``gate_path``). The Markdown is the summary unless ``markdown_full``."""
     runs = load_runs(run_args) if run_args else []
     # the harness's own calibration runs are not compared: each run carries the one for its workload
     runs, calibrations = harness_ceiling.split(runs)
@@ -70,5 +71,6 @@ def write_report(
         html_path.write_text(render_html(report), encoding="utf-8")
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(render_markdown(report), encoding="utf-8")
+        html_name = None if html_path is None else html_path.name
+        markdown_path.write_text(render_markdown(report, markdown_full, html_name), encoding="utf-8")
     return report

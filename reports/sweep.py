@@ -48,6 +48,7 @@ def max_rate_rows(data: dict[str, Any]) -> list[list[str]]:
                 fmt.fixed(b.get("max_sustainable_rate"), "{:,.0f}/s", "below the lowest rate"),
                 fmt.pct(b.get("fraction_of_ceiling")),
                 slo,
+                fmt.fixed(b.get("declared_max_lag_s"), "{:g} s"),
                 str(b.get("stop_reason") or fmt.MISSING),
                 fmt.fixed(b.get("warmup_s"), "{:g} s"),
             ]
@@ -229,7 +230,15 @@ def _html_table(header: list[str], rows: list[list[str]], table_id: str) -> str:
     return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
 
 
-MAX_HEADER = ["backend", "max sustainable rate", "of pgbench ceiling", "p99 SLO", "stopped because", "warm-up"]
+MAX_HEADER = [
+    "backend",
+    "max sustainable rate",
+    "of pgbench ceiling",
+    "p99 SLO",
+    "declared bound (information)",
+    "stopped because",
+    "warm-up",
+]
 RATE_HEADER = [
     "backend",
     "target",

@@ -224,20 +224,79 @@ def environment_differences(runs: list[Run]) -> list[str]:
     return out
 
 
+def state_writes_of(run: Run) -> tuple[str | None, bool]:
+    """The poll-state write policy a run followed (``config.json`` capabilities) and whether its
+    design has no other: (None, False) for a run that did not record one."""
+    caps = run.config.get("capabilities") or {}
+    return caps.get("state_writes"), bool(caps.get("state_writes_fixed"))
+
+
+def state_writes_sentence(runs: list[Run]) -> str | None:
+    """One sentence on the state-write policy the runs were held to (``bench compare
+    --state-writes``), naming every run that followed another; None when no run recorded one."""
+    policies = {r.label: state_writes_of(r) for r in runs}
+    seen = [p for p, _ in policies.values() if p]
+    if not seen:
+        return None
+    # the policy the comparison asked for: the one the designs with a choice followed
+    chosen = [p for p, fixed in policies.values() if p and not fixed] or seen
+    common = max(sorted(set(chosen)), key=chosen.count)
+    odd = [
+        f"{label}: {p}{' (its design has no other policy)' if fixed else ''}"
+        for label, (p, fixed) in policies.items()
+        if p and p != common
+    ]
+    if not odd:
+        return f"Every design wrote the poll state under one policy, {common}: its cost figures compare like for like."
+    return (
+        f"State writes differ between designs, so the figures they move (bytes written, row and TOAST writes, "
+        f"WAL per fire) do not compare like for like: {common} for the designs with a choice; " + "; ".join(odd) + "."
+    )
+
+
 def migration_lag_rows(m: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """A rehearsal's lag comparison (``migration.json`` ``lag`` and ``slo``) as a table: each
-    store's lag over the same fires, the regression, the worst tenant, and each SLO check."""
+    store's lag where it executed (or observed, when it never executed), each period between
+    switches with the regression it compares, the worst tenant, and each SLO check."""
     lag = m.get("lag") if isinstance(m.get("lag"), dict) else None
     if not lag or not isinstance(lag.get("primary"), dict):
         return [], []
     header = ["lag", m.get("from", "old store"), m.get("to", "new store"), "new - old"]
     p, s = lag["primary"], lag.get("shadow") or {}
+    origin = m.get("origin") or 0.0
     rows = [
         ["fires", fmt.fixed(p.get("fires")), fmt.fixed(s.get("fires")), ""],
+        ["counted where the store", p.get("role", ""), s.get("role", ""), ""],
         ["p50", fmt.lag(p.get("p50")), fmt.lag(s.get("p50")), ""],
         ["p99", fmt.lag(p.get("p99")), fmt.lag(s.get("p99")), fmt.lag(lag.get("regression_p99"))],
         ["max", fmt.lag(p.get("max")), fmt.lag(s.get("max")), ""],
     ]
+    for i, q in enumerate(lag.get("periods") or []):
+        if not isinstance(q, dict):
+            continue
+        lo = "start" if q.get("due_from") is None else f"{q['due_from'] - origin:.1f} s"
+        hi = "end" if q.get("due_to") is None else f"{q['due_to'] - origin:.1f} s"
+        ex = q.get("executor")
+        pq, sq = q.get("primary") or {}, q.get("shadow") or {}
+        if ex == "primary":
+            old_cell = f"{fmt.lag(q.get('primary_p99_same_fires'))} executing"
+            new_cell = f"{fmt.lag(q.get('shadow_p99_same_fires'))} observing"
+            what = f"same {fmt.fixed(q.get('same_fires'))} fires"
+        else:
+            base = q.get("baseline") or {}
+            old_cell = f"{fmt.lag(base.get('p99'))} before the switch"
+            if pq.get("fires"):
+                old_cell += f" ({fmt.lag(pq.get('p99'))} observing)"
+            new_cell = f"{fmt.lag(sq.get('p99'))} executing"
+            what = "against the old store before the switch"
+        rows.append(
+            [
+                f"p99, period {i + 1} (due {lo} to {hi})",
+                old_cell,
+                new_cell,
+                f"{fmt.lag(q.get('regression_p99'))} ({what})",
+            ]
+        )
     wt = lag.get("worst_tenant")
     if isinstance(wt, dict):
         rows.append(

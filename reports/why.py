@@ -58,15 +58,50 @@ def per_fire_figures(run: Run) -> dict[str, float | None]:
     return out
 
 
-def _hold_snapshot(run: Run) -> str | None:
-    for f in run.summary.get("faults") or []:
-        if f.get("kind") == "hold-snapshot":
-            dead = f.get("dead_tuples_by_relation") or f.get("dead_tuples") or {}
-            if isinstance(dead, dict) and dead:
-                grew = sum(1 for v in dead.values() if (v or 0) > 0)
-                return f"under hold-snapshot, dead tuples grew in {grew} of {len(dead)} relations"
-            return "a hold-snapshot fault ran (see the dead-tuple figure)"
-    return None
+def hold_snapshot_sentence(run: Run) -> str | None:
+    """What the hold-snapshot faults of this run did to dead tuples, from the counts each fault
+    read when it took and released its snapshot and the sampler's lowest count after the release
+    (:mod:`metrics.faults`), one clause per fault; None for a run without one."""
+    said = [_one_hold(f) for f in run.summary.get("faults") or [] if f.get("kind") == "hold-snapshot"]
+    return "; ".join(said) if said else None
+
+
+def _one_hold(f: dict[str, Any]) -> str:
+    spec = f.get("spec", "hold-snapshot")
+    if not f.get("fired"):
+        return f"--fault {spec} did not fire ({f.get('note') or 'no reason recorded'}), so nothing was held"
+    dead = f.get("dead_tuples")
+    if not dead:
+        return f"--fault {spec} held a snapshot, but recorded no dead-tuple counts to judge it by"
+    grew = {r: (d["release"] or 0) - (d["start"] or 0) for r, d in dead.items() if d.get("release") is not None}
+    up = {r: g for r, g in grew.items() if g > 0}
+    held = (f.get("end") or 0) - (f.get("start") or 0)
+    head = f"while --fault {spec} held a snapshot for {held:.1f} s"
+    if not up:
+        return f"{head}, dead tuples grew in none of {len(dead)} relations"
+    total = sum(up.values())
+    biggest = sorted(up, key=up.get, reverse=True)[:3]
+    each = ", ".join(f"{r} {_count(dead[r]['start'])} to {_count(dead[r]['release'])}" for r in biggest)
+    more = f" and {len(up) - len(biggest)} more" if len(up) > len(biggest) else ""
+    out = f"{head}, dead tuples grew in {len(up)} of {len(dead)} relations, by {_count(total)} ({each}{more})"
+    if len(up) == len(dead) > 1:
+        out += ", every one at once: one vacuum horizon for them all"
+    seen = {r: dead[r] for r in up if dead[r].get("lowest_after") is not None}
+    if not seen:
+        return out + "; no sample after the release shows whether vacuum removed them"
+    removed = sum(max(0.0, dead[r]["release"] - d["lowest_after"]) for r, d in seen.items())
+    when = max(d["lowest_after_s"] for d in seen.values())
+    if removed <= 0:
+        return out + "; vacuum removed none of them by the end of the run"
+    growth = sum(up[r] for r in seen)
+    share = "all of the growth" if removed >= growth else f"{removed / growth:.0%} of the growth"
+    return (
+        out + f"; after the release vacuum and pruning removed {share} (down by {_count(removed)}) within {when:.1f} s"
+    )
+
+
+def _count(v: Any) -> str:
+    return "?" if v is None else f"{v:,.0f}"
 
 
 def _fmt(v: Any) -> str:
@@ -123,9 +158,9 @@ def why_blocks(runs: list[Run]) -> list[Block]:
         ar, cr = by_name[alt].summary.get("achieved_rate"), by_name[chosen].summary.get("achieved_rate")
         if ar and cr:
             line += f" Achieved {ar:,.0f} against {cr:,.0f} fires/s."
-        hold = _hold_snapshot(by_name[alt])
+        hold = hold_snapshot_sentence(by_name[alt])
         if hold:
-            line += f" {hold[0].upper()}{hold[1:]}: the shared vacuum horizon."
+            line += f" {hold[0].upper()}{hold[1:]}."
         said.append(line)
     out.append(Block("list", items=said))
     return out

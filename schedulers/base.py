@@ -130,9 +130,17 @@ class Capabilities:
     per_tenant_fairness: bool = False  # a huge tenant backlog cannot starve other tenants
     heartbeat_leases: bool = False  # a slow owner that is alive keeps its timers
     redelivery_s: float = 30.0  # how long a crashed owner's timers take to come back
+    # a claimed timer stays with its owner at least this long after the claim, crashed or not:
+    # redelivery never races an owner inside its lease (None: the backend declares no lease)
+    lease_s: float | None = None
     cancel: bool = False
     multi_runner: bool = True  # several run() loops may share one store
     at_least_once: bool = True
+    # How a commit treats the poll state (bench compare --state-writes holds every design to one):
+    # "always" rewrites it on every fire, "skip-unchanged" only when the poll changed it; fixed:
+    # the design has one policy (pg_queue's re-insert carries the state), reports mark its figures.
+    state_writes: str | None = None
+    state_writes_fixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +217,8 @@ REGISTRY: dict[str, str] = {
     "pg_partitioned": "schedulers.pg_partitioned:PgPartitionedScheduler",
     "temporal_per_trigger": "schedulers.temporal_per_trigger:TemporalPerTriggerScheduler",
     "dbos_workflows": "schedulers.dbos_workflows:DbosWorkflowsScheduler",
+    "procrastinate": "schedulers.procrastinate:ProcrastinateScheduler",
+    "pgqueuer": "schedulers.pgqueuer:PgqueuerScheduler",
 }
 
 

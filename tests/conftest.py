@@ -33,7 +33,7 @@ def _embedded() -> dict[str, object]:
 
 def _sessions() -> Path:
     """Where the test sessions using this checkout's servers sign in (one file per pid)."""
-    return stack_mod.state_dir() / "test-sessions"
+    return stack_mod.state_dir() / stack_mod.TEST_SESSIONS
 
 
 def _others() -> list[int]:
@@ -50,7 +50,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     for name, server in _embedded().items():
         _RUNNING_AT_START[name] = server.running()
     _sessions().mkdir(parents=True, exist_ok=True)
-    before = _sessions() / "running-before.json"
+    before = _sessions() / stack_mod.RUNNING_BEFORE
     if not _others():  # the first one in: what was up before any test session
         before.write_text(json.dumps(_RUNNING_AT_START))
     (_sessions() / str(os.getpid())).touch()
@@ -60,7 +60,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     (_sessions() / str(os.getpid())).unlink(missing_ok=True)
     if _others():
         return  # the last session out stops the servers
-    before = _sessions() / "running-before.json"
+    before = _sessions() / stack_mod.RUNNING_BEFORE
     try:
         running_before = json.loads(before.read_text())
     except (OSError, ValueError):

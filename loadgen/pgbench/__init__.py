@@ -124,7 +124,8 @@ def find_pgbench(bin_dir: Path | None) -> Path | None:
 
 
 def _conn_args(dsn: str) -> tuple[list[str], dict[str, str]]:
-    """pgbench's -h -p -U and database name from a DSN; the password travels in PGPASSWORD."""
+    """pgbench's -h -p -U and database name from a DSN; the password travels in the environment
+    (PGPASSWORD, or PGPASSFILE for a DSN naming a password file), never in argv."""
     from psycopg.conninfo import conninfo_to_dict
 
     info = conninfo_to_dict(dsn)
@@ -139,6 +140,8 @@ def _conn_args(dsn: str) -> tuple[list[str], dict[str, str]]:
     env = {}
     if info.get("password"):
         env["PGPASSWORD"] = str(info["password"])
+    if info.get("passfile"):
+        env["PGPASSFILE"] = str(info["passfile"])
     return args + [str(info.get("dbname") or "postgres")], env
 
 

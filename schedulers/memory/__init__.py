@@ -77,6 +77,7 @@ class MemoryScheduler:
             per_tenant_fairness=False,
             heartbeat_leases=True,
             redelivery_s=self.lease_s + self.tick_s,
+            lease_s=self.lease_s,
         )
         self._entries: dict[str, _Entry] = {}
         self._due: list[tuple[float, int, str, int]] = []  # (fire_at, seq, id, version)

@@ -33,7 +33,8 @@ ON CONFLICT (id) DO UPDATE SET
 -- database (the Composio article, slow-ticks: "Slower ticks held transactions and snapshots open longer, delaying
 -- cleanup further"). It writes nothing and locks no row: an arm() moving a claimed timer does not
 -- wait for the poll.
-SELECT pg_current_xact_id();
+-- The comment names the run in pg_stat_activity: which run's tick holds the horizon.
+SELECT pg_current_xact_id() /* the held tick of {schema} */;
 
 -- name: claim_due
 -- Write 1 of 4 (UPDATE): the once-per-tick due-work query. Walks triggers_next_fire_at_idx from

@@ -139,9 +139,13 @@ class TemporalPerTriggerScheduler:
             per_tenant_fairness=False,  # every trigger is dispatched on its own; no tenant order
             heartbeat_leases=True,  # the poll activity heartbeats; its timeout is the lease
             redelivery_s=self.lease_s + 2 * float(o["retry_initial_s"]) + 1.0,
+            # no lease_s floor: a crashed worker's activity can be retried before its heartbeat
+            # timeout (the conformance crash check saw a batch back 0.99 s into a 2 s lease)
             cancel=False,  # as temporal_shards: the Composio article has no cancel operation
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged",  # its poll activity writes the state only when it changed
+            state_writes_fixed=True,
         )
         self.q = Queries(HERE / "queries.sql", ctx.schema)
         self.pool = None

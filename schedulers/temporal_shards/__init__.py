@@ -123,6 +123,22 @@ def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
     return out
 
 
+class RowStateQueries:
+    """The design's statements with the poll state in the trigger row (``state_in_row``): the
+    claim, the first state and the commit read and write the row's own ``state``."""
+
+    ALIASES = {"claim": "claim_row_state", "state_insert": "state_insert_row", "commit_rows": "commit_row_state"}
+
+    def __init__(self, queries: Queries) -> None:
+        self.queries = queries
+
+    def __getitem__(self, name: str):
+        return self.queries[self.ALIASES.get(name, name)]
+
+    def __contains__(self, name: str) -> bool:
+        return self.ALIASES.get(name, name) in self.queries
+
+
 class TemporalShardsScheduler:
     name = "temporal_shards"
     description = (
@@ -147,13 +163,19 @@ class TemporalShardsScheduler:
         "forward_horizon_s": 86_400.0,  # an overloaded shard forwards timers due later than this
         "lease_s": 30.0,  # batch activity heartbeat timeout and Postgres lease, seconds
         "retry_initial_s": 0.5,  # first retry of an interrupted batch, seconds
-        "poll_overhead_s": 2.0,  # poller start + claim + commit, added to MaxLag in the lag bound
+        # poller start + claim + commit, added to MaxLag in the lag bound: 5 s, what the
+        # conformance suite measured on a loaded 2-core machine (MEASUREMENTS.md), not 2 s
+        "poll_overhead_s": 5.0,
         "ring_refresh_s": 1.0,  # callers re-read shard count and loads this often, seconds
         "sticky_timeout_s": 5.0,  # a dead worker's cached shards move after this, seconds
         "max_concurrent_activities": 32,  # batch activities per worker
         "drain_s": 30.0,  # graceful stop waits this long for in-flight batches, seconds
         "controller": True,  # run the controller workflow
         "skip_unchanged_state": False,  # True: no state write when the poll left it unchanged ("next on the list")
+        # the poll state in the trigger row, as the Composio article's table (heap-halved: claim sets
+        # a lease, commit rewrites the state: two heap writes a fire); false: in its own table
+        # trigger_state, a third heap write per fire (this design's first layout, kept to measure)
+        "state_in_row": True,
         "payload_limit_bytes": PAYLOAD_LIMIT_BYTES,  # bytes; Temporal's limit on a payload (the article: 2 MB)
         # a shard whose Continue-As-New payload passes this share of the limit splits (not in the article,
         # which caps shards at 5,000 timers, ~1/4 of what 2 MB holds: half leaves room for arms mid-split)
@@ -170,7 +192,7 @@ class TemporalShardsScheduler:
         "retry_initial_s": 0.2,
         "util_report_s": 1.0,
         "controller_period_s": 5.0,
-        "poll_overhead_s": 1.0,
+        "poll_overhead_s": 5.0,  # as by default: the suite holds it to the bound it declares
         "sticky_timeout_s": 1.0,
         "drain_s": 5.0,
     }
@@ -219,11 +241,16 @@ class TemporalShardsScheduler:
             per_tenant_fairness=False,  # a shard batches by fire time, not by tenant
             heartbeat_leases=True,  # the batch activity heartbeats Temporal and the Postgres lease
             redelivery_s=self.lease_s + 2 * o["retry_initial_s"] + 1.0,
+            # no lease_s floor: a crashed worker's activity can be retried before its heartbeat
+            # timeout (the conformance crash check saw a batch back 0.99 s into a 2 s lease)
             cancel=False,  # the Composio article: "There is no cancel operation"
             multi_runner=True,
             at_least_once=True,
+            state_writes="skip-unchanged" if o["skip_unchanged_state"] else "always",
         )
-        self.q = Queries(HERE / "queries.sql", ctx.schema)
+        self.state_in_row = bool(o["state_in_row"])
+        queries = Queries(HERE / "queries.sql", ctx.schema)
+        self.q = RowStateQueries(queries) if self.state_in_row else queries
         self.pool = None
         self.client: Client | None = None
         self.last_tick_at = 0.0  # set by run() while its worker runs

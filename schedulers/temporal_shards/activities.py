@@ -176,6 +176,17 @@ class ShardActivities:
         st_ids = [tid for tid, _ in states]
         st_vals = [v for _, v in states]
         nexts = [None if o.next_fire_at is None else us(o.next_fire_at) for o in outcomes]
+        commit = {
+            "ids": [f.timer_id for f in fires],
+            "next_fire_ats": nexts,
+            "owner": owner,
+            "batch": owner,
+            "now": time.time(),
+        }
+        if self.s.state_in_row:  # the state goes with the commit's own row write (NULL: kept)
+            by_id = dict(states)
+            commit["states"] = [by_id.get(f.timer_id) for f in fires]
+            st_ids = []
         async with self.s.pool.connection() as conn:
             async with conn.transaction():
                 delivered: set[str] = set()
@@ -184,16 +195,7 @@ class ShardActivities:
                     delivered = {r[0] for r in await cur.fetchall()}
                 if st_ids:
                     await conn.execute(q["write_state"], {"ids": st_ids, "states": st_vals})
-                cur = await conn.execute(
-                    q["commit_rows"],
-                    {
-                        "ids": [f.timer_id for f in fires],
-                        "next_fire_ats": nexts,
-                        "owner": owner,
-                        "batch": owner,
-                        "now": time.time(),
-                    },
-                )
+                cur = await conn.execute(q["commit_rows"], commit)
                 rows = await cur.fetchall()
         rearms = [
             [tid, us(fire_at), version, us(armed_at), type_, tenant, prio]

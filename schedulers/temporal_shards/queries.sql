@@ -63,6 +63,30 @@ WITH b AS (
 SELECT c.id, c.tenant_id, c.type, c.priority, c.attempt, c.due_at, c.armed_at, s.state
 FROM claimed c LEFT JOIN {schema}.trigger_state s ON s.id = c.id;
 
+-- name: state_insert_row
+-- Initial poll state in the trigger row (state_in_row, the default) for triggers the arm just created.
+UPDATE {schema}.trigger t SET state = u.state
+FROM unnest(%(ids)s::text[], %(states)b::bytea[]) AS u(id, state)
+WHERE t.id = u.id;
+
+-- name: claim_row_state
+-- The claim with the state in the row (state_in_row): sets the lease only, so the state's TOAST
+-- chunks stay as they are (heap-halved: "Claim sets a lease").
+WITH b AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(versions)s::bigint[]) AS b(id, version)
+)
+UPDATE {schema}.trigger t
+SET owner = %(owner)s,
+    lease_expires = now() + make_interval(secs => %(lease_s)s),
+    attempt = t.attempt + 1
+FROM b
+WHERE t.id = b.id AND t.version = b.version AND t.fire_at IS NOT NULL
+  AND (t.owner IS NULL OR t.lease_expires < now() OR t.owner = %(owner)s)
+RETURNING t.id, t.tenant_id, t.type, t.priority, t.attempt,
+          extract(epoch FROM t.fire_at)::float8 AS due_at,
+          extract(epoch FROM t.armed_at)::float8 AS armed_at,
+          t.state;
+
 -- name: unclaimed_status
 -- Why the rows of a batch were not claimed: held by a live lease (wait for it to lapse), or
 -- already committed and re-armed by an earlier attempt of this same batch (re-send the re-arm).
@@ -112,6 +136,20 @@ UPDATE {schema}.trigger t
 SET fire_at = to_timestamp(u.next_fire_at), armed_at = to_timestamp(%(now)s), version = t.version + 1,
     attempt = 0, owner = NULL, lease_expires = NULL, committed_batch = %(batch)s
 FROM unnest(%(ids)s::text[], %(next_fire_ats)s::float8[]) AS u(id, next_fire_at)
+WHERE t.id = u.id AND t.owner = %(owner)s
+RETURNING t.id, t.version, t.type, t.tenant_id, t.priority,
+          extract(epoch FROM t.fire_at)::float8 AS fire_at,
+          extract(epoch FROM t.armed_at)::float8 AS armed_at;
+
+-- name: commit_row_state
+-- commit_rows with the state in the row (state_in_row): one heap write commits, re-arms and
+-- writes the poll state ("commit rewrites the poll state"). A NULL state keeps the old value, and
+-- Postgres then keeps its TOAST chunks (skip_unchanged_state); a value sent is stored anew.
+UPDATE {schema}.trigger t
+SET fire_at = to_timestamp(u.next_fire_at), armed_at = to_timestamp(%(now)s), version = t.version + 1,
+    attempt = 0, owner = NULL, lease_expires = NULL, committed_batch = %(batch)s,
+    state = coalesce(u.state, t.state)
+FROM unnest(%(ids)s::text[], %(next_fire_ats)s::float8[], %(states)b::bytea[]) AS u(id, next_fire_at, state)
 WHERE t.id = u.id AND t.owner = %(owner)s
 RETURNING t.id, t.version, t.type, t.tenant_id, t.priority,
           extract(epoch FROM t.fire_at)::float8 AS fire_at,

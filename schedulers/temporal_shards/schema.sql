@@ -20,12 +20,17 @@ CREATE TABLE IF NOT EXISTS {schema}.trigger (
     attempt         integer NOT NULL DEFAULT 0,
     owner           text,
     lease_expires   timestamptz,
-    committed_batch text
+    committed_batch text,
+    -- The poll state in the row, as the Composio article's trigger table holds it (heap-halved:
+    -- "Claim sets a lease, and commit rewrites the poll state": two heap writes a fire). TOASTed
+    -- when large, so the row stays narrow and a claim, which leaves it alone, keeps its chunks.
+    -- NULL with state_in_row=false, where trigger_state holds it.
+    state           bytea
 ) WITH (fillfactor = 50);
 
 -- name: state_table
--- The wide encrypted poll state, in its own table updated by key (TOASTed when large), so a
--- claim or lease extension on the narrow trigger row never rewrites it. A commit rewrites it on
+-- With state_in_row=false: the wide encrypted poll state in its own table updated by key
+-- (TOASTed when large), a second heap write per commit beside the trigger row's. A commit rewrites it on
 -- every fire, as the Composio article measured (toast-third: "Every commit writes freshly
 -- encrypted poll state", so TOAST writes went up by about a third), or only when the poll cursor changed with the option
 -- skip_unchanged_state (skip-unchanged: "Skipping that write ... is next on the list").

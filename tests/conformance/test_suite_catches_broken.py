@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from schedulers.base import StoreContext, Timer
 from schedulers.memory import MemoryScheduler
-from tests.conformance import helpers, promises
+from tests.conformance import promises
 
 
 class FiresEarly(MemoryScheduler):
@@ -150,6 +153,89 @@ class DeadAfterTeardown(MemoryScheduler):
         return [] if self.__dict__.get("dead") else super()._claim(now, owner, batch_no, limit)
 
 
+class TwoSecondsLate(MemoryScheduler):
+    """Claims every timer two seconds after it is due: inside the old 5 s slack, outside the bound."""
+
+    def _claim(self, now, owner, batch_no, limit):
+        return super()._claim(now - 2.0, owner, batch_no, limit)
+
+
+class NoneIsAnHourOut(MemoryScheduler):
+    """Reads fire_at=None as an hour from now instead of due now."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        later = time.time() + 3600
+        await super().arm([replace(t, fire_at=later) if t.fire_at is None else t for t in timers])
+
+
+class NoHeartbeat(MemoryScheduler):
+    """Never renews a lease: an owner that is alive but slow loses its timers when it lapses."""
+
+    async def _heartbeat(self, owner: str, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+
+class ReleasesOnCrash(MemoryScheduler):
+    """A crashed owner's timers go straight back to due (as a clean shutdown would hand them back):
+    redelivery does not wait for the lease, so a crash reads cheaper than a real one."""
+
+    async def run(self, processors, stop, worker_id=None):
+        try:
+            await super().run(processors, stop, worker_id=worker_id)
+        except asyncio.CancelledError:
+            for tid in list(self._held.get(worker_id, ())):
+                e = self._entries.get(tid)
+                if e is not None and e.owner == worker_id:
+                    e.owner = None
+                    heapq.heappush(self._due, (e.fire_at, next(self._seq), tid, e.version))
+            raise
+
+
+class HandsToEveryRunner(MemoryScheduler):
+    """Records no owner at a claim: a timer one runner has claimed is still due for the next."""
+
+    def _claim(self, now, owner, batch_no, limit):
+        given = self.__dict__.setdefault("given", {})
+        out = []
+        for fire, version in super()._claim(now, owner, batch_no, limit):
+            owners = given.setdefault(fire.timer_id, set())
+            e = self._entries[fire.timer_id]
+            e.owner = None
+            if len(owners | {owner}) < 2:  # due again, for a runner that has not had it
+                heapq.heappush(self._due, (fire.due_at, next(self._seq), fire.timer_id, version))
+            if owner not in owners:
+                owners.add(owner)
+                out.append((fire, version))
+        return out
+
+
+class TenantCappedMemory(MemoryScheduler):
+    """The control for fairness: memory whose claim takes at most MAX_PER_TENANT of one tenant's
+    due timers (memory itself claims by fire time alone, and fails the check)."""
+
+    MAX_PER_TENANT = 10
+
+    def _claim(self, now, owner, batch_no, limit):
+        out, per, over = [], {}, []
+        while len(out) < limit:
+            got = super()._claim(now, owner, batch_no, 1)
+            if not got:
+                break
+            fire, version = got[0]
+            if per.get(fire.tenant_id, 0) >= self.MAX_PER_TENANT:
+                over.append(got[0])
+                continue
+            per[fire.tenant_id] = per.get(fire.tenant_id, 0) + 1
+            out.append(got[0])
+        for fire, version in over:  # not claimed after all: due again for the next claim
+            e = self._entries[fire.timer_id]
+            e.owner, e.attempt = None, e.attempt - 1
+            self._held.get(owner, set()).discard(fire.timer_id)
+            self.claimed_timers -= 1
+            heapq.heappush(self._due, (fire.due_at, next(self._seq), fire.timer_id, version))
+        return out
+
+
 def factory_for(cls):
     async def factory():
         s = cls(StoreContext(state_bytes=16), **MemoryScheduler.conformance_options)
@@ -176,6 +262,12 @@ def factory_for(cls):
         (SetupWipesTheStore, promises.check_setup_and_teardown_are_idempotent),
         (TeardownTwiceRaises, promises.check_setup_and_teardown_are_idempotent),
         (DeadAfterTeardown, promises.check_setup_and_teardown_are_idempotent),
+        (TwoSecondsLate, promises.check_every_timer_fires_within_max_lag),
+        (NoneIsAnHourOut, promises.check_none_fire_at_is_due_now),
+        (NoHeartbeat, promises.check_slow_owner_keeps_timers),
+        (ReleasesOnCrash, promises.check_crashed_owner_timers_are_redelivered),
+        (HandsToEveryRunner, promises.check_two_runners_share_one_store),
+        (MemoryScheduler, promises.check_big_tenant_cannot_starve_others),
     ],
     ids=[
         "fires-early",
@@ -192,18 +284,33 @@ def factory_for(cls):
         "setup-wipes-the-store",
         "teardown-twice-raises",
         "dead-after-teardown",
+        "two-seconds-late",
+        "none-is-an-hour-out",
+        "no-heartbeat",
+        "releases-on-crash",
+        "hands-to-every-runner",
+        "claims-by-fire-time-alone",
     ],
 )
-async def test_broken_scheduler_fails_the_suite(cls, check, monkeypatch):
-    monkeypatch.setattr(helpers, "SLACK_S", 1.0)  # fail fast: the timers are never coming
+async def test_broken_scheduler_fails_the_suite(cls, check):
+    # the slack is the suite's own (helpers.LAG_SLACK_S), the same as in the control below
     with pytest.raises(AssertionError):
         await check(factory_for(cls))
+
+
+async def test_fairness_control_passes_it():
+    """The control of claims-by-fire-time-alone: the same store with a per-tenant cap passes."""
+    await promises.check_big_tenant_cannot_starve_others(factory_for(TenantCappedMemory))
 
 
 async def test_memory_passes_the_same_checks():
     """The control: the unbroken oracle passes the checks the broken ones fail."""
     for check in (
         promises.check_never_fires_early,
+        promises.check_every_timer_fires_within_max_lag,
+        promises.check_none_fire_at_is_due_now,
+        promises.check_slow_owner_keeps_timers,
+        promises.check_two_runners_share_one_store,
         promises.check_rearm_moves_timer,
         promises.check_move_during_an_inflight_batch_wins_over_its_rearm,
         promises.check_duplicate_fire_has_no_duplicate_effect,

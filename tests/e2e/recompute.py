@@ -1,5 +1,7 @@
-"""The summary's accounting, recomputed from ``fires.parquet`` with plain pandas and numpy (not
-through :mod:`metrics.rundir`), so the end-to-end tests check the run's figures independently."""
+"""The summary's accounting, recomputed from ``fires.parquet`` and ``samples.parquet`` with plain
+pandas and numpy (never through :mod:`metrics`), so the end-to-end tests check the run's figures
+independently: lag from the fire times themselves (not the recorder's ``lag_s`` column), the
+per-fire costs from the statistics the sampler read from the servers."""
 
 from __future__ import annotations
 
@@ -7,11 +9,22 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
+
+
+def lag_of(f: pd.DataFrame) -> pd.Series:
+    """Seconds from where the lag clock starts (due, or armed when armed after its due time) to
+    the delivery; NaN for an undelivered row."""
+    return f["fired_at"] - np.maximum(f["due_at"], f["armed_at"])
 
 
 def due_keys(f: pd.DataFrame) -> pd.DataFrame:
     """One row per (timer_id, due_at): the first delivery, or the undelivered row."""
-    d = f.assign(due_us=(f["due_at"] * 1e6).round().astype("int64"), due_eff=np.maximum(f["due_at"], f["armed_at"]))
+    d = f.assign(
+        due_us=(f["due_at"] * 1e6).round().astype("int64"),
+        due_eff=np.maximum(f["due_at"], f["armed_at"]),
+        lag=lag_of(f),
+    )
     return d.sort_values("fired_at", na_position="last", kind="stable").drop_duplicates(["timer_id", "due_us"])
 
 
@@ -24,12 +37,12 @@ def outcomes(f: pd.DataFrame, window: dict, on_time_s: float) -> tuple[dict, np.
     lost = ~got & (held == False)  # noqa: E712 (null means not asked: pending)
     counts = {
         "due": len(w),
-        "on_time": int((got & (w["lag_s"] <= on_time_s)).sum()),
-        "late": int((got & (w["lag_s"] > on_time_s)).sum()),
+        "on_time": int((got & (w["lag"] <= on_time_s)).sum()),
+        "late": int((got & (w["lag"] > on_time_s)).sum()),
         "pending": int((~got & ~lost).sum()),
         "lost": int(lost.sum()),
     }
-    return counts, np.where(got, w["lag_s"].to_numpy(dtype=float), np.inf)
+    return counts, np.where(got, w["lag"].to_numpy(dtype=float), np.inf)
 
 
 def nearest_rank_ms(lags_s: np.ndarray, pct: float):
@@ -42,6 +55,9 @@ def nearest_rank_ms(lags_s: np.ndarray, pct: float):
 def check_summary(s: dict, f: pd.DataFrame, cfg: dict) -> None:
     """Every outcome count, rate and percentile of ``s`` equals its recomputation from ``f``."""
     window = cfg["window"]
+    got = f["fired_at"].notna()
+    # the recorder's column says what the fire times say
+    assert np.allclose(f.loc[got, "lag_s"], lag_of(f[got]), rtol=0, atol=1e-6)
     counts, lags = outcomes(f, window, cfg["workload"]["on_time_s"])
     assert s["outcomes"] == counts, (s["outcomes"], counts)
     assert sum(counts[k] for k in ("on_time", "late", "pending", "lost")) == counts["due"]
@@ -71,5 +87,57 @@ def check_summary(s: dict, f: pd.DataFrame, cfg: dict) -> None:
     ext = keyed(f[f["external_effect"]])
     assert s["external_effects"] == len(ext)
     assert s["duplicate_external_effects"] == len(ext) - len(ext.drop_duplicates())
-    assert s["early"] == int((fired & (f["lag_s"] < -0.001)).sum())
+    assert s["early"] == int((fired & (lag_of(f) < -0.001)).sum())
     assert s["redelivered_fires"] == int((fired & (f["attempt"] > 1)).sum())
+
+
+def _nearest(series: pd.Series, when: float) -> float | None:
+    """The value sampled nearest to ``when`` (the earlier one on a tie): the sampler samples at
+    each edge of the window, so at an edge this is that sample."""
+    if series.empty:
+        return None
+    gap = (series.index.to_series() - when).abs()
+    return float(series[gap == gap.min()].iloc[0])
+
+
+def window_delta(samples: pd.DataFrame, scopes, metric: str, window: dict) -> float | None:
+    """A cumulative metric summed over ``scopes``, at the window's end minus at its start."""
+    rows = samples[samples["scope"].isin(list(scopes)) & (samples["metric"] == metric)]
+    by_t = rows.groupby("t")["value"].apply(lambda v: v.fillna(0.0).sum()).sort_index()
+    a, b = _nearest(by_t, window["measure_start"]), _nearest(by_t, window["measure_end"])
+    return None if a is None or b is None else b - a
+
+
+def check_per_fire(s: dict, samples: pd.DataFrame, cfg: dict) -> int:
+    """Row writes per fire of the design's tables (and of their TOAST tables), WAL per fire, and
+    every per-fire figure of every server, from the samples; returns how many were checked."""
+    window, n = cfg["window"], s["fires"]
+    pf = s["per_fire"] or {}
+    checked = 0
+
+    def same(got, delta, what):
+        nonlocal checked
+        want = None if delta is None or not n else delta / n
+        if want is None:
+            assert got is None, (what, got)
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (what, got, want)
+        checked += 1
+
+    scopes = set(samples["scope"])
+    servers = sorted(x for x in scopes if x.startswith("server:"))
+    for scope in servers:
+        per = (s["servers"].get(scope.split(":", 1)[1]) or {}).get("per_fire") or {}
+        for metric in sorted(set(samples.loc[samples["scope"] == scope, "metric"])):
+            same(per.get(metric), window_delta(samples, {scope}, metric, window), (scope, metric))
+    tables = {x for x in scopes if x != "run" and not x.startswith("server:") and not x.endswith("#toast")}
+    toasts = {x for x in scopes if x.endswith("#toast")}
+    if tables:
+        for name, metric in (("inserts", "n_tup_ins"), ("updates", "n_tup_upd"), ("deletes", "n_tup_del")):
+            same(pf.get(name), window_delta(samples, tables, metric, window), name)
+            if toasts:
+                same(pf.get(f"toast_{name}"), window_delta(samples, toasts, metric, window), f"toast_{name}")
+    # WAL: pg_stat_wal's bytes, else the WAL position's advance
+    wal = window_delta(samples, {"server:postgres"}, "wal_bytes", window)
+    same(pf.get("wal_bytes"), wal if wal is not None else window_delta(samples, {"run"}, "wal_bytes", window), "wal")
+    return checked

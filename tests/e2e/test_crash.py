@@ -109,6 +109,7 @@ def kill_and_check(bench, proc: subprocess.Popen, run_dir: Path, segment_dir: Pa
         str(run_dir.parent / "r.html"),
         "--markdown",
         str(run_dir.parent / "r.md"),
+        "--markdown-full",
         timeout=120,
     )
     assert res.returncode == 0, res.stdout + res.stderr

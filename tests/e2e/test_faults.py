@@ -170,8 +170,12 @@ def dead_tuples(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(bench, tmp_path, private_stack):
-    run_dir, s = run_with_faults(bench, tmp_path, private_stack, "pg_queue", "--fault", "hold-snapshot@3s:6s")
-    hold = by_kind(s)["hold-snapshot"]
+    # the second hold is due after the run has ended: it never fires, and the report says so
+    run_dir, s = run_with_faults(
+        bench, tmp_path, private_stack, "pg_queue", "--fault", "hold-snapshot@3s:6s", "--fault", "hold-snapshot@99s:5s"
+    )
+    hold, unfired = s["faults"]
+    assert unfired["fired"] is False and "dead_tuples" not in unfired
     assert hold["fired"] and hold["lost"] == 0 and hold["duplicate_effects"] == 0
     t, dead = dead_tuples(run_dir)
     # from 1 s in (the statistics lag the server by up to a second) to the release
@@ -186,6 +190,31 @@ def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(b
     assert during[-1] >= 2 * max(during[0], 100) and during[-1] >= 0.9 * during.max(), during
     # and falling once it is released (autovacuum every second on this server)
     assert after.min() <= 0.5 * during.max(), (during, after)
+    assert_hold_counts_match_the_samples(run_dir, hold, during)
+
+
+def assert_hold_counts_match_the_samples(run_dir: Path, hold: dict, during: np.ndarray) -> None:
+    """The per-relation counts the fault recorded agree with what the sampler saw, and the
+    report's sentence quotes them (growth, and what vacuum took back after the release)."""
+    from reports.load import read_run
+    from reports.why import hold_snapshot_sentence
+
+    dead = hold["dead_tuples"]
+    samples = pq.read_table(run_dir / "samples.parquet").to_pandas()
+    samples = samples[samples["metric"] == "n_dead_tup"]
+    assert set(dead) == set(samples.loc[samples["scope"] != "run", "scope"]), dead
+    growth = sum(max(0.0, d["release"] - d["start"]) for d in dead.values())
+    # the fault's own reads, a second apart from the sampler's at worst
+    assert sum(d["release"] for d in dead.values()) >= 0.5 * during.max(), (dead, during)
+    assert growth >= 0.5 * (during.max() - during.min()) > 0, (dead, during)
+    for rel, d in dead.items():
+        later = samples[(samples["scope"] == rel) & (samples["t"] > hold["end"])]
+        assert d["lowest_after"] == later["value"].min(), (rel, d)
+    said = hold_snapshot_sentence(read_run(run_dir))
+    assert f"held a snapshot for {hold['end'] - hold['start']:.1f} s" in said, said
+    assert f"by {growth:,.0f} (" in said, said
+    assert "after the release vacuum and pruning removed" in said, said
+    assert "--fault hold-snapshot@99s:5s did not fire" in said, said
 
 
 def test_faults_the_run_cannot_inject_are_refused_with_one_line(bench, tmp_path, private_stack):

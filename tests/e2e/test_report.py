@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from metrics import accounting, rundir
-from reports.plots import FIGURE_SPECS
+from reports.plots import FIGURE_SPECS, OPTIONAL_FIGURE_SPECS
 from reports.tables import SUMMARY_ROWS
 from schedulers.base import REGISTRY
-from tests.e2e.recompute import nearest_rank_ms, outcomes
+from tests.e2e.recompute import check_per_fire, check_summary, nearest_rank_ms, outcomes
 
 SMOKE = ["--workload", "smoke", "--duration", "6s", "--warmup", "1s"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -89,7 +89,21 @@ def compared(bench, tmp_path_factory):
     calibrations = [d for d in dirs if rundir.read_config(d).get("calibration")]
     runs = {d.name.split("-", 2)[2]: d for d in dirs if d not in calibrations}
     assert sorted(runs) == sorted(names), proc.stderr[-2000:]
-    return {"html": html, "md": md, "runs": runs, "names": names, "out": out, "calibrations": calibrations}
+    # the long Markdown form of the same runs (bench compare writes the summary)
+    md_full = out / "full.md"
+    full = bench(
+        "report", str(out / "runs"), "-o", str(out / "full.html"), "--markdown", str(md_full), "--markdown-full"
+    )
+    assert full.returncode == 0, full.stderr[-3000:]
+    return {
+        "html": html,
+        "md": md,
+        "md_full": md_full,
+        "runs": runs,
+        "names": names,
+        "out": out,
+        "calibrations": calibrations,
+    }
 
 
 def test_compare_ends_with_the_harness_calibration_and_each_backend_is_checked_against_it(compared):
@@ -108,10 +122,11 @@ def test_compare_ends_with_the_harness_calibration_and_each_backend_is_checked_a
     if target is not None:
         assert abs(config["calibration"]["for_rate"] - target) < 1e-6
         assert 'data-check="harness ceiling" data-ok="True"' in page, "pg_leased was not checked against the harness"
-    assert "harness ceiling" in compared["md"].read_text()
+    assert "harness ceiling" in compared["md_full"].read_text()
 
 
-# Table 1 row -> the figure from a summary recomputed from the Parquet files (metrics.rundir).
+# Table 1 row -> the figure of the run's summary.json (itself checked against fires.parquet and
+# samples.parquet by tests.e2e.recompute, never through metrics/).
 def expected_figures(s: dict) -> dict[str, object]:
     lag, dead, pf, o = s["lag_ms"], s["dead_tuples"] or {}, s["per_fire"] or {}, s["outcomes"]
     bill, bloat = s.get("bill") or {}, s.get("bloat") or {}
@@ -193,15 +208,16 @@ def expected_figures(s: dict) -> dict[str, object]:
     }
 
 
-def test_every_summary_figure_equals_the_value_recomputed_from_parquet(compared):
+def test_every_summary_figure_is_shown_and_equals_its_recomputation_from_parquet(compared):
     page = parse(compared["html"])
     numeric_rows = {spec.key for spec in SUMMARY_ROWS if spec.kind != "text"}
     for name, run_dir in compared["runs"].items():
         written = rundir.read_summary(run_dir)
-        recomputed = accounting.compute_summary(
-            run_dir, complete=written["complete"], incomplete_reason=written["incomplete_reason"]
-        )
-        want = expected_figures(recomputed)
+        cfg = rundir.read_config(run_dir)
+        # the summary's accounting and per-fire costs, recomputed with plain pandas
+        check_summary(written, pq.read_table(run_dir / "fires.parquet").to_pandas(), cfg)
+        assert check_per_fire(written, pq.read_table(run_dir / "samples.parquet").to_pandas(), cfg) >= 1
+        want = expected_figures(written)
         assert set(want) == numeric_rows  # no row of the table escapes the check
         for key, value in want.items():
             shown = page.cells[(key, name)]
@@ -212,7 +228,7 @@ def test_every_summary_figure_equals_the_value_recomputed_from_parquet(compared)
             else:
                 assert float(shown) == float(value), (name, key, shown, value)
         assert page.cells[("scheduler", name)] == name
-        assert recomputed["fires"] > 0 and recomputed["correct"] and recomputed["duplicate_effects"] == 0
+        assert written["fires"] > 0 and written["correct"] and written["duplicate_effects"] == 0
 
 
 def test_outcomes_and_lag_agree_with_the_raw_fires(compared):
@@ -233,7 +249,10 @@ def test_outcomes_and_lag_agree_with_the_raw_fires(compared):
 def test_html_is_self_contained_with_every_plot_and_table(compared):
     page = parse(compared["html"])
     assert {"summary", "checks", "environment", "narrative", "figures"} <= page.ids
-    assert set(page.images) == {key for key, *_ in FIGURE_SPECS}
+    fixed, optional = {key for key, *_ in FIGURE_SPECS}, {key for key, *_ in OPTIONAL_FIGURE_SPECS}
+    assert fixed <= set(page.images) <= fixed | optional
+    if any(name != "memory" for name in compared["names"]):  # a design with a bill: its cost by store
+        assert "cost_by_store" in page.images
     for key, src in page.images.items():
         assert src.startswith("data:image/png;base64,"), key
         assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG, key
@@ -247,8 +266,10 @@ def test_html_is_self_contained_with_every_plot_and_table(compared):
 
 
 def test_markdown_has_the_same_tables(compared):
-    md = compared["md"].read_text()
-    for heading in ("## Checks and warnings", "## Table 1 · Summary", "## What this says", "## Environment"):
+    summary_md = compared["md"].read_text()
+    assert "## The answer" in summary_md and "## Table 1 · Summary" not in summary_md  # compare's: the summary
+    md = compared["md_full"].read_text()
+    for heading in ("## The answer", "## Checks", "## Table 1 · Summary", "## What this says", "## Environment"):
         assert heading in md
     blocks = md.split("## Table 1 · Summary", 1)[1].split("\n\n")
     assert "Load is open-loop (fixed cadence" in blocks[1]  # the cadence, window and outcomes, said first

@@ -19,7 +19,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
+from harness import stack
 from harness.stack import free_port
 from schedulers.base import StoreContext, create
 
@@ -135,6 +137,8 @@ def test_bad_body_gets_400_and_arms_nothing(node, pg_dsn, schema):
     status, body = http("PUT", f"{node.url}/timers", {"timers": [*good, {"id": "bad", "fire_at": "soon"}]})
     assert status == 400 and "timers[5].fire_at" in body["error"]
     assert http("PUT", f"{node.url}/timers", b"{not json")[0] == 400
+    status, body = http("PUT", f"{node.url}/timers", b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and "nested too deeply" in body["error"]
     assert http("PUT", f"{node.url}/timers", {"timers": good}, token="wrong")[0] == 401
     assert http("PUT", f"{node.url}/timers", {"timers": good}, token=None)[0] == 401
     assert not {t["id"] for t in good} & armed_ids(pg_dsn, schema)
@@ -145,10 +149,11 @@ def test_bad_body_gets_400_and_arms_nothing(node, pg_dsn, schema):
 
 
 def test_node_never_prints_the_dsn_password_or_the_token(bench, pg_dsn, schema):
-    # the embedded server trusts loopback, so a password in the DSN is carried but never checked
-    secret = "pw-that-must-not-leak"
-    user, _, rest = pg_dsn.partition("://")[2].partition("@")
-    dsn = f"postgresql://{user.split(':')[0]}:{secret}@{rest}"
+    # the password in the DSN itself (not in the password file the embedded DSN names)
+    pg = stack.postgres()
+    dsn = pg.full_dsn() if pg_dsn == pg.dsn() else pg_dsn
+    secret = conninfo_to_dict(dsn).get("password")
+    assert secret, "give TIMERBENCH_DSN with a password, or use the embedded server"
     n = ServeNode(bench, dsn, schema)
     code, out = n.stop()
     assert code == 0, out

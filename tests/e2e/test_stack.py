@@ -65,9 +65,14 @@ def test_embedded_postgres_is_the_bundled_major_with_its_measurement_extensions(
 def test_a_database_without_the_extensions_says_why_and_how_to_fix_it(pg_dsn):
     bare = f"tb_bare_{uuid.uuid4().hex[:8]}"
     role = f"tb_plain_{uuid.uuid4().hex[:8]}"
+    password = uuid.uuid4().hex  # logins need one; set as its SCRAM verifier
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(bare)))
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(stack.scram_verifier(password))
+            )
+        )
     try:
         found = extensions(psycopg.conninfo.make_conninfo(pg_dsn, dbname=bare))
         for name in MEASUREMENT_EXTENSIONS:
@@ -76,7 +81,7 @@ def test_a_database_without_the_extensions_says_why_and_how_to_fix_it(pg_dsn):
                 f"{name} is not created in database {bare} (CREATE EXTENSION {name}, as a superuser)"
             )
         # created, but this user may not call pgstattuple (EXECUTE goes to pg_stat_scan_tables)
-        plain = extensions(psycopg.conninfo.make_conninfo(pg_dsn, user=role))
+        plain = extensions(psycopg.conninfo.make_conninfo(pg_dsn, user=role, password=password))
         assert plain["pg_stat_statements"].usable, plain
         assert not plain["pgstattuple"].usable
         assert "permission denied" in plain["pgstattuple"].missing

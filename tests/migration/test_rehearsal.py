@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from migration.dual import SHADOW
+from migration.reconcile import reconcile, summary_line
 from migration.rehearsal import rehearse
 from schedulers.base import Fire, Outcome, StoreContext, Timer
 from schedulers.memory import MemoryScheduler
@@ -86,13 +87,51 @@ class TenSecondsSlow(MemoryScheduler):
         return [replace(t, fire_at=t.fire_at - self.DELAY_S) for t in await super().export_armed()]
 
 
+class FiveSecondsSlow(TenSecondsSlow):
+    DELAY_S = 5.0
+
+
+class HidesClaimed(MemoryScheduler):
+    """Lists only the timers no batch holds (as temporal_shards does between a hand-off and its
+    claim): a timer in flight is missing from one read of this store."""
+
+    async def export_armed(self) -> list[Timer]:
+        return [
+            Timer(e.timer.id, e.fire_at, e.timer.type, e.timer.tenant_id, e.timer.priority)
+            for e in self._entries.values()
+            if e.owner is None
+        ]
+
+
+class Holding:
+    """Holds every batch until ``release`` is set; re-arms each timer a minute out."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.received = 0
+
+    async def process(self, fires: Sequence[Fire]) -> list[Outcome]:
+        self.received += len(fires)
+        await self.release.wait()
+        return [Outcome(next_fire_at=time.time() + 60.0) for _ in fires]
+
+    def committed(self, fires: Sequence[Fire], delivered: Sequence[bool]) -> None:
+        pass
+
+
 class Outage(MemoryScheduler):
     """Refuses every write while ``down`` (a store that is unreachable)."""
 
     down = False
 
+    def __init__(self, ctx, **options) -> None:
+        super().__init__(ctx, **options)
+        self.refused: list[float] = []  # when each write was refused
+        self.came_up: float | None = None  # when the store came back
+
     async def arm(self, timers: Sequence[Timer]) -> None:
         if self.down:
+            self.refused.append(time.time())
             raise ConnectionError("the store is down")
         await super().arm(timers)
 
@@ -230,6 +269,7 @@ async def test_a_shadow_outage_is_queued_replayed_and_reconciled():
         shadow.down = True
         await asyncio.sleep(2.0)
         shadow.down = False
+        shadow.came_up = time.time()
 
     task = asyncio.create_task(outage())
     result, _ = await rehearse(
@@ -249,7 +289,80 @@ async def test_a_shadow_outage_is_queued_replayed_and_reconciled():
     assert len(windows) == 1, result.divergence
     w = windows[0]
     assert w["failed_writes"] > 0 and w["replayed"] > 0 and w["end"] is not None
-    assert 1.5 <= w["end"] - w["start"] < 4.0, w  # from the first failed write until replayed
+    # from the first failed write (attempted before the store refused it) until replayed, which
+    # can only be after the store came back
+    assert shadow.refused and w["start"] <= shadow.refused[0], (w, shadow.refused[:3])
+    assert w["end"] >= max(shadow.came_up, shadow.refused[-1]), (w, shadow.came_up)
+    assert w["failed_writes"] + w["replay_failures"] == len(shadow.refused), (w, len(shadow.refused))
     assert result.reconcile["drift"]["total"] == 0, result.reconcile
     assert result.lost == 0 and result.duplicate_effects == 0
     assert result.verdict.go, result.verdict.reasons
+
+
+async def test_a_shadow_five_seconds_slower_regresses_about_five_seconds_whether_or_not_it_executes():
+    """The regression compares like with like: before the switch the slow shadow observes the
+    fires the old store executes; after it, the shadow executes and is compared with the old
+    store's own figure from before the switch (the old store, observing meanwhile, never waits
+    on the shadow's decisions, so its lag stays its own)."""
+    # re-armed 6 s after each fire: longer than the delay, so every fire's lag counts from its due
+    for steps, duration_s in (("dual-write,backfill", 16.0), ("dual-write,backfill,switch-execution@10", 28.0)):
+        result, _ = await rehearse(
+            memory(),
+            memory(FiveSecondsSlow),
+            {"poll": Rearming(every_s=6.0)},
+            during_dual_write=population(200, "slow", spread_s=2.0),
+            duration_s=duration_s,
+            tolerance_s=1.0,
+            settle_s=0.5,
+            steps=steps,
+        )
+        lag = result.lag
+        assert 4_000 < lag["regression_p99"] < 7_000, (steps, lag)
+        periods = lag["periods"]
+        assert [q["executor"] for q in periods] == (["primary"] if "switch" not in steps else ["primary", "shadow"])
+        for q in periods:
+            assert 4_000 < q["regression_p99"] < 7_000, (steps, q)
+        # the old store executed, fast, and never took on the shadow's lag
+        assert lag["primary"]["role"] == "executed" and lag["primary"]["p99"] < 1_500, lag["primary"]
+        if "switch" in steps:
+            assert lag["shadow"]["role"] == "executed" and lag["shadow"]["fires"] > 100, lag["shadow"]
+            after = periods[1]
+            assert after["primary"]["role"] == "observed" and after["primary"]["p99"] < 1_500, after
+            assert after["baseline"]["fires"] > 200
+            assert result.lost == 0 and result.double_executed == 0, result.lost_samples
+        else:
+            assert lag["shadow"]["role"] == "observed", lag["shadow"]
+            assert periods[0]["same_fires"] > 200
+        assert result.undecided == 0
+
+
+async def test_a_reconcile_with_timers_in_flight_reports_them_as_in_flight():
+    source, target = memory(), memory(HidesClaimed)
+    due = [Timer(f"due-{i}", time.time(), tenant_id="t0") for i in range(100)]
+    later = far(20, "far")
+    await source.arm(due + later)
+    await target.arm(due + later)
+    proc = Holding()
+    stop = asyncio.Event()
+    loop = asyncio.create_task(target.run({"poll": proc}, stop, worker_id="t"))
+    try:
+        while proc.received < len(due):  # every due timer is held by a batch: in flight
+            await asyncio.sleep(0.02)
+        report = await reconcile(
+            source,
+            target,
+            settle_s=0.5,
+            say=lambda _m: proc.release.set(),  # the batches commit between the two reads
+        )
+    finally:
+        proc.release.set()
+        stop.set()
+        await loop
+    assert (report["source_armed"], report["target_armed"]) == (120, 20)
+    a = report["accounts"]
+    assert a["in_both"] == 20 and a["in_both_same"] == 20
+    assert a["only_source"] == {"total": 100, "in_flight": 100, "fired_since": 0, "changed": 0, "drift": 0}
+    assert a["only_target"]["total"] == 0
+    assert report["drift"]["total"] == 0
+    line = summary_line(report)
+    assert "120 vs 20 armed" in line and "100 in flight or claimed in memory" in line and "drift 0" in line, line

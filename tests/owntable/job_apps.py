@@ -264,7 +264,8 @@ def run_dbos(dsn: str, p: Plan, out: Path) -> None:
 
 
 def _url(dsn: str) -> str:
-    """A libpq DSN as the URL DBOS wants (a password stays in this process, as in the DSN)."""
+    """A libpq DSN as the URL DBOS wants (a password stays in this process, as in the DSN; a
+    password file stays a ``passfile`` parameter)."""
     from urllib.parse import quote
 
     from psycopg.conninfo import conninfo_to_dict
@@ -273,8 +274,10 @@ def _url(dsn: str) -> str:
         return dsn
     p = conninfo_to_dict(dsn)
     auth = quote(p.get("user", ""), safe="") + (":" + quote(p["password"], safe="") if p.get("password") else "")
+    query = f"?passfile={quote(p['passfile'], safe='/')}" if p.get("passfile") else ""
     return (
-        f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/{quote(p.get('dbname', ''), safe='')}"
+        f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/"
+        f"{quote(p.get('dbname', ''), safe='')}{query}"
     )
 
 

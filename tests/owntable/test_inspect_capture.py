@@ -32,16 +32,17 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from harness import stack
 from loadgen.population import from_trace
 from loadgen.workload import load as load_workload
-from tests.conformance.helpers import SLACK_S
 from tests.owntable.legacy_app import TABLE, LegacyApp
 from tests.owntable.libraries import create_database, drop_database
 
 BENCH = str(Path(sys.executable).parent / "bench")
 STATEMENT_TIMEOUT_MS = 5000
+WAIT_S = 60.0  # a wait for the app to churn (a condition, not a bound: a loaded machine is slower)
 GUARDS = ["--statement-timeout", "5s", "--lock-timeout", "1s"]
-PASSWORD = "pw-" + uuid.uuid4().hex[:12]  # carried in the DSN (loopback trusts), never written
+PASSWORD = "pw-" + uuid.uuid4().hex[:12]  # the test roles' password, carried in their DSN, never written
 READ_STATEMENTS = ("SELECT", "EXPLAIN", "SET", "SHOW", "BEGIN", "COMMIT", "ROLLBACK")
 
 
@@ -135,7 +136,12 @@ def legacy(pg_dsn, schema):
 
 def make_role(admin: psycopg.Connection, schema: str, monitor: bool) -> str:
     role = f"tb_{'mon' if monitor else 'plain'}_{uuid.uuid4().hex[:8]}"
-    admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    # the password as its SCRAM verifier: the password itself is in no statement text
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(stack.scram_verifier(PASSWORD))
+        )
+    )
     if monitor:  # a monitoring role as a DBA would hand out: pg_read_all_stats + pg_stat_scan_tables
         admin.execute(sql.SQL("GRANT pg_monitor TO {}").format(sql.Identifier(role)))
     admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
@@ -161,7 +167,7 @@ def test_inspect_and_capture_a_legacy_table_without_writing_or_holding_locks(pg_
         watcher.start()
         # the app is churning: it has fired and re-inserted rows (the first are due within its
         # shortest interval)
-        deadline = time.time() + min(legacy.every_s) + SLACK_S
+        deadline = time.time() + min(legacy.every_s) + WAIT_S
         while not (legacy.counts.deletes and legacy.counts.updates) and time.time() < deadline:
             time.sleep(0.05)
         assert legacy.counts.deletes, "the legacy app fired nothing"
@@ -289,7 +295,7 @@ def test_inspect_without_privileges_completes_and_says_what_it_skipped(pg_dsn, s
         res = bench(
             "inspect",
             "--dsn",
-            make_conninfo(pg_dsn, user=role),
+            make_conninfo(pg_dsn, user=role, password=PASSWORD),
             "--table",
             f"{schema}.{TABLE}",
             "--watch",

@@ -23,12 +23,15 @@ APP = "timerbench-pg_queue"  # the pool's application_name (schedulers.pg.open_p
 SCRATCH_ROWS = 200
 
 
-def open_ticks(conn: psycopg.Connection) -> list[tuple]:
-    """The scheduler's sessions with a transaction open and idle: (state, backend_xid, backend_xmin)."""
+def open_ticks(conn: psycopg.Connection, schema: str) -> list[tuple]:
+    """This test's scheduler's sessions with a transaction open and idle: (state, backend_xid,
+    backend_xmin). Its last statement names its schema (the held tick's says so in a comment):
+    pg_queue schedulers of other tests running at the same time share the application name."""
     return conn.execute(
         "SELECT state, backend_xid::text, backend_xmin::text FROM pg_stat_activity "
-        "WHERE application_name = %s AND datname = current_database() AND state LIKE 'idle in transaction%%'",
-        (APP,),
+        "WHERE application_name = %s AND datname = current_database() AND state LIKE 'idle in transaction%%' "
+        "AND position(%s in query) > 0",
+        (APP, schema),
     ).fetchall()
 
 
@@ -62,7 +65,7 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
             task = asyncio.create_task(s.run({"poll": proc}, stop, worker_id="w1"))
             assert await wait_until(lambda: len(proc.received) == 20, 10), "the batch never reached the processor"
             await asyncio.sleep(0.3)  # the poll is now slow: the tick has long claimed
-            ticks = open_ticks(conn)
+            ticks = open_ticks(conn, schema)
             kept = churn_and_vacuum(conn, schema)
             for _ in range(20):  # a concurrent short transaction may pin the horizon for a moment
                 if in_tick_tx or kept == 0:
@@ -93,7 +96,7 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
                     if not ticks:
                         break
                     await asyncio.sleep(0.1)
-                    ticks = open_ticks(conn)
+                    ticks = open_ticks(conn, schema)
                 assert ticks == [], f"a transaction stayed open during the poll: {ticks}"
                 assert kept == 0, f"VACUUM kept {kept} dead tuples with no transaction open"
             hold.set()
@@ -102,7 +105,7 @@ async def test_tick_transaction_holds_the_vacuum_horizon_through_a_slow_poll(pg_
             stop.set()
             await asyncio.wait_for(task, 15)
             task = None
-            assert open_ticks(conn) == []
+            assert open_ticks(conn, schema) == []
             kept = churn_and_vacuum(conn, schema)
             for _ in range(20):
                 if kept == 0:

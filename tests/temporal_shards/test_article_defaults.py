@@ -21,7 +21,7 @@ from schedulers.base import BATCH_SIZE_BIN_GAUGE, BATCHES_CLOSED_GAUGE, Fire, Ou
 from schedulers.temporal_shards import TemporalShardsScheduler
 from tests.conformance.helpers import RecordingProcessor, Runner, wait_until
 from tests.pg_queue.conftest import table_stats
-from tests.temporal_shards.test_shards import finish, started
+from tests.temporal_shards.test_shards import FAST, finish, started
 
 
 def batch_gauges(stats: dict[str, float]) -> tuple[dict[int, float], dict[str, float]]:
@@ -85,11 +85,31 @@ class Unchanged:
         pass
 
 
-@pytest.mark.parametrize(
-    "skip, writes", [(False, 40), (True, 0)], ids=["seed_writes_every_commit", "skip_unchanged_state"]
+TOAST_DELETES = sql.SQL(
+    "SELECT coalesce(sum(s.n_tup_del), 0) FROM pg_stat_all_tables s JOIN pg_class c ON c.reltoastrelid = s.relid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'trigger'"
 )
-async def test_state_write_per_commit_follows_skip_unchanged_state(make_ctx, pg_dsn, schema, skip, writes):
-    s = await started(make_ctx, skip_unchanged_state=skip)
+
+
+def state_writes(conn: psycopg.Connection, schema: str, in_row: bool) -> int:
+    """Poll-state writes so far: with the state in the trigger row, the TOAST chunks its commits
+    replaced (the arm's first state inserts chunks but deletes none); else trigger_state's updates."""
+    if in_row:
+        return int(conn.execute(TOAST_DELETES, (schema,)).fetchone()[0])
+    return table_stats(conn, schema, "trigger_state")["n_tup_upd"]
+
+
+@pytest.mark.parametrize(
+    "in_row, skip, writes",
+    [(False, False, 40), (False, True, 0), (True, False, 40 * 3), (True, True, 0)],
+    ids=["own_table_writes_every_commit", "own_table_skip_unchanged", "row_writes_every_commit", "row_skip_unchanged"],
+)
+async def test_state_write_per_commit_follows_skip_unchanged_state(make_ctx, pg_dsn, schema, in_row, skip, writes):
+    """40 polls that leave the state as it was: every commit writes it again (a 4 KB incompressible
+    state is 3 TOAST chunks), or none does with skip_unchanged_state."""
+    ctx = make_ctx(TemporalShardsScheduler, state_bytes=4096)
+    s = TemporalShardsScheduler(ctx, **{**FAST, "skip_unchanged_state": skip, "state_in_row": in_row})
+    await s.setup()
     runner = Runner(s)
     try:
         proc = Unchanged()
@@ -102,7 +122,7 @@ async def test_state_write_per_commit_follows_skip_unchanged_state(make_ctx, pg_
             conn.execute("SELECT pg_stat_force_next_flush()")
             updates = -1
             for _ in range(40):  # statistics arrive within a second or so
-                updates = table_stats(conn, schema, "trigger_state")["n_tup_upd"]
+                updates = state_writes(conn, schema, in_row)
                 if updates == writes:
                     break
                 await asyncio.sleep(0.25)

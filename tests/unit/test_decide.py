@@ -295,11 +295,21 @@ def test_the_cheapest_design_that_meets_the_slo_is_the_pick_and_changes_with_the
     rec = recommend(runs)
     assert rec.choice == "pg_leased" and rec.cost_figure.startswith("bytes written")
     assert any("pg_queue" in w and "runner-up" in w for w in rec.why)
-    # pg_leased's lag p99 passes its own 2 s bound; at 2.5 s it does not, and pg_queue is next
+    # one bound for all three (the on-time bound, 10 s by default), each declared bound beside it
+    assert "lag p99 within 10 s for every design (the workload's on-time bound" in rec.slo_text
+    assert "pg_leased 2 s, temporal_shards 7 s" in rec.slo_text
+    assert {c[0] for v in rec.verdicts for c in v.checks if c[0].startswith("lag")} == {"lag_p99<=10s"}
+    # with a 2 s on-time bound pg_leased's 2.5 s p99 fails, and pg_queue is next
+    for r in runs:
+        r.summary["on_time_s"] = 2.0
     runs[1] = run("pg_leased", 2500.0, 7000.0, bytes_per_fire=8000.0)
+    runs[1].summary["on_time_s"] = 2.0
     rec = recommend(runs)
     assert rec.choice == "pg_queue"
     assert any("pg_leased is cheaper" in w and "lag_p99<=2s" in w for w in rec.would_change)
+    # temporal_shards is held to the same 2 s, not to its own declared 7 s
+    (shards,) = [v for v in rec.verdicts if v.run.label == "temporal_shards"]
+    assert not shards.meets and ("lag_p99<=2s", "6.00 s", False) in [tuple(c) for c in shards.checks]
     # a tighter SLO that none meets: the closest is named with what it would take
     rec = recommend(runs, "p99<100ms,lost=0")
     assert rec.choice is None and "No design met" in rec.headline and rec.would_change

@@ -141,3 +141,31 @@ def test_a_fault_without_late_fires_recovers_at_once(tmp_path):
 def test_a_run_without_faults_has_no_fault_summary(tmp_path):
     pq.write_table(FIRES_SCHEMA.empty_table(), tmp_path / "fires.parquet")
     assert fault_summary(tmp_path) is None
+
+
+def _write_samples(run_dir, rows):
+    from metrics.rundir import SAMPLES_SCHEMA
+
+    cols = {"t": [], "elapsed_s": [], "scope": [], "metric": [], "value": []}
+    for t, scope, value in rows:
+        for k, v in zip(cols, (t, t - 1000.0, scope, "n_dead_tup", value)):
+            cols[k].append(v)
+    pq.write_table(pa.table(cols, schema=SAMPLES_SCHEMA), run_dir / "samples.parquet")
+
+
+def test_a_held_snapshot_reports_dead_tuples_per_relation_and_the_lowest_sample_after_its_release(tmp_path):
+    held = span("hold-snapshot@3s:5s", "hold-snapshot", 1003.0, 1008.0)
+    held["dead_tuples_start"] = {"s.timers": 10.0, "s.timers#toast": 0.0, "s.audit": 5.0}
+    held["dead_tuples_end"] = {"s.timers": 910.0, "s.timers#toast": 0.0, "s.audit": 5.0}
+    run = _write_run(tmp_path, [fire("a", 1000.0, 1000.1)], [held])
+    # before the release (ignored), then vacuum takes s.timers down to 40 three seconds after it
+    _write_samples(run, [(1007.0, "s.timers", 800.0), (1009.0, "s.timers", 600.0), (1011.0, "s.timers", 40.0)])
+    (f,) = fault_summary(run)
+    assert f["dead_tuples"]["s.timers"] == {
+        "start": 10.0,
+        "release": 910.0,
+        "lowest_after": 40.0,
+        "lowest_after_s": 3.0,
+    }
+    assert f["dead_tuples"]["s.audit"]["lowest_after"] is None  # never sampled after the release
+    assert set(f["dead_tuples"]) == {"s.timers", "s.timers#toast", "s.audit"}

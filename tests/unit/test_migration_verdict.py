@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from migration.compare import Comparison, compare, in_windows, lag_comparison, verdict
 from migration.dual import DualState, SideFires
-from migration.reconcile import confirm, diff
+from migration.reconcile import account, confirm, diff
 from schedulers.base import Timer
 
 
@@ -82,3 +82,50 @@ def test_fires_outside_the_judged_windows_are_not_counted():
     c = compare(p, s, tolerance_s=1.0, judged_until=100.0, windows=[(0.0, 20.0), (60.0, 100.0)])
     assert (c.matched, c.missing_in_shadow, c.extra_in_shadow) == (1, 0, 0)
     assert isinstance(c, Comparison)
+
+
+def test_the_regression_compares_like_with_like_on_each_side_of_a_switch():
+    """Before the switch the new store observes what the old one executes (same fires); after
+    it, the new store executes and is held against the old store's own figure from before the
+    switch, never against the old store's observed lag meanwhile (here a wild 20 s)."""
+    p, s = SideFires(), SideFires()
+    switch = 1050.0
+    for i in range(1000):
+        due = 1000.0 + i * 0.1
+        p.add(f"x{i}", due, 0.1 + (i % 10) * 0.01 + (20.0 if due >= switch else 0.0))
+        s.add(f"x{i}", due, 5.1 + (i % 10) * 0.01)
+
+    def judged(due: float, lag: float) -> bool:
+        return due < 1100.0
+
+    lag = lag_comparison(p, s, judged, [(switch, "shadow")])
+    before, after = lag["periods"]
+    assert before["executor"] == "primary" and before["same_fires"] == 500
+    assert after["executor"] == "shadow" and after["baseline"]["fires"] == 500
+    assert after["primary"]["role"] == "observed" and after["primary"]["p99"] > 20_000
+    for q in (before, after):
+        assert 4_900 < q["regression_p99"] < 5_100, q
+    assert 4_900 < lag["regression_p99"] < 5_100
+    # each store's headline: the old one over what it executed, the new one likewise
+    assert lag["primary"]["role"] == "executed" and lag["primary"]["fires"] == 500 and lag["primary"]["p99"] < 300
+    assert lag["shadow"]["role"] == "executed" and lag["shadow"]["fires"] == 500
+    # without a switch the same shadow, observing throughout, regresses the same
+    again = lag_comparison(p, s, lambda due, lag: due < switch)
+    assert again["shadow"]["role"] == "observed" and 4_900 < again["regression_p99"] < 5_100
+
+
+def test_account_explains_every_timer_of_both_counts():
+    src1 = [t("same", 1.0), t("inflight", 2.0), t("gone", 3.0), t("lost", 4.0)]
+    tgt1 = [t("same", 1.0), t("behind", 5.0), t("rearmed", 6.0)]
+    src2 = [t("same", 1.0), t("inflight", 2.0), t("lost", 4.0)]  # gone fired and finished
+    tgt2 = [t("same", 1.0), t("inflight", 2.0), t("rearmed", 7.0)]  # behind fired, inflight is back
+    first = diff(src1, tgt1)
+    kept, _ = confirm(first, diff(src2, tgt2))
+    a = account(src1, tgt1, first, kept, (src2, tgt2))
+    assert (a["source_armed"], a["target_armed"], a["in_both"]) == (4, 3, 1)
+    assert a["only_source"] == {"total": 3, "in_flight": 1, "fired_since": 1, "changed": 0, "drift": 1}
+    assert a["only_target"] == {"total": 2, "in_flight": 0, "fired_since": 1, "changed": 1, "drift": 0}
+    for side, n in (("only_source", 4), ("only_target", 3)):
+        c = a[side]
+        assert a["in_both"] + c["total"] == n
+        assert c["in_flight"] + c["fired_since"] + c["changed"] + c["drift"] == c["total"]

@@ -47,7 +47,7 @@ def test_migration_section_appears_only_for_a_migration_run():
     )
     assert 'id="migration"' in page and "NO-GO" in page and "missing" in page
     assert "Migration dry-run" in render_markdown(
-        build_report([run("a", migration={"verdict": "GO"})], with_figures=False)
+        build_report([run("a", migration={"verdict": "GO"})], with_figures=False), full=True
     )
 
 
@@ -61,7 +61,7 @@ def test_warnings_and_failed_runs_are_shown_at_the_top():
     assert page.index('class="warnbox"') < page.index('id="summary"')
     assert "rate not held: achieved 5.0 fires/s" in page
     assert 'data-failed="b"' in page and "boom: connection refused" in page and "exited with 3" in page
-    md = render_markdown(rep)
+    md = render_markdown(rep, full=True)
     assert "## Failed runs" in md and "rate not held" in md
 
 
@@ -101,5 +101,5 @@ def test_migration_section_shows_the_lag_comparison_and_the_slo_checks():
     }
     page = render_html(build_report([run("a", migration=m)], with_figures=False))
     assert 'class="migration-lag"' in page and "tenant-007" in page and "EXCEEDED" in page and "10.0 s" in page
-    md = render_markdown(build_report([run("a", migration=m)], with_figures=False))
+    md = render_markdown(build_report([run("a", migration=m)], with_figures=False), full=True)
     assert "| p99 | 1,000.0 ms | 11.0 s | 10.0 s |" in md

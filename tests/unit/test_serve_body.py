@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness.node_api import MAX_TIMERS_PER_PUT, BadTimers, parse_timers
+from harness.node_api import MAX_TIMERS_PER_PUT, BadTimers, load_json, parse_timers
 from loadgen.arm_shape import parse_shape, users_at
 from loadgen.processor import PollingProcessor, merge_state
 from metrics.parts import count_double_held
@@ -64,6 +64,15 @@ def test_bad_body_is_rejected_naming_the_item_and_field(body, names):
     with pytest.raises(BadTimers) as err:
         parse_timers(body, TYPES)
     assert names in str(err.value)
+
+
+def test_a_body_nested_deeper_than_the_parser_goes_is_a_bad_body_not_a_crash():
+    deep = "[" * 100_000 + "]" * 100_000  # 200 KB
+    with pytest.raises(BadTimers, match="nested too deeply"):
+        load_json(deep)
+    with pytest.raises(BadTimers, match="not JSON"):
+        load_json("{not json")
+    assert load_json('[[{"id": "a"}]]') == [[{"id": "a"}]]
 
 
 def test_too_many_timers_in_one_request_is_rejected():

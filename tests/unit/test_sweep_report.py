@@ -109,7 +109,7 @@ def test_sweep_section_only_beside_a_sweep_json(tmp_path):
     assert 'id="sweep"' in page and 'id="sweep-max"' in page and 'id="sweep-pgbench"' in page
     assert "500/s" in page and "2.5%" in page and "20,000 rows re-armed/s" in page
     assert page.count('data-figure="sweep-') == 2  # rate vs p99 lag, rate vs writes per fire
-    md = render_markdown(build_report(runs, with_figures=False))
+    md = render_markdown(build_report(runs, with_figures=False), full=True)
     assert "## Saturation sweep" in md and "| pg_leased | 500/s | 2.5% |" in md
     assert md.index("## Saturation sweep") < md.index("## Table 1")
 
@@ -119,7 +119,7 @@ def test_a_skipped_ceiling_is_said(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps(data))
     rep = build_report([run_in(tmp_path, "memory")], with_figures=False)
     assert "pgbench ceiling skipped: pgbench not found" in render_html(rep)
-    assert "pgbench ceiling skipped: pgbench not found" in render_markdown(rep)
+    assert "pgbench ceiling skipped: pgbench not found" in render_markdown(rep, full=True)
     assert 'id="sweep-pgbench"' not in render_html(rep)
 
 

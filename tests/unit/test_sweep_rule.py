@@ -108,9 +108,12 @@ def test_slo_spec_gives_every_backend_a_p99_bound():
     assert slo_for("pg_queue", default_ms, overrides, 2.0)[0] == 2500.0
     assert slo_for("temporal_shards", default_ms, overrides, 12.0)[0] == 12000.0  # its declared MaxLag bound
     assert slo_for("temporal_shards", default_ms, overrides, None)[0] == 1000.0  # unknown bound: the default
-    # the default: 1 s, except the two designs whose lag bound is above a second by design (the Composio article)
-    d, o = parse_slo(DEFAULT_SLO)
-    assert d == 1000.0 and set(o) == {"pg_queue", "temporal_shards"}
+    # the default: one bound for every backend, the workload's on-time bound
+    from harness.sweep import default_slo_spec
+
+    assert "on-time" in DEFAULT_SLO
+    assert parse_slo(default_slo_spec(None, [])) == (10_000.0, {})
+    assert parse_slo(default_slo_spec(None, ["--on-time", "3s"])) == (3000.0, {})
     for bad in ("", "max-lag", "pg_queue=1s", "fast", "1s,x=soon", "0s"):
         with pytest.raises(ValueError):
             parse_slo(bad)
