@@ -193,6 +193,21 @@ def section_neighbour_html(report: Report) -> str:
     return "\n".join(out)
 
 
+def neighbour_summary_markdown(report: Report) -> str:
+    """The summary's lines: each design's neighbour ratio and each soak's verdicts, one line each."""
+    lines = [f"- {s}" for s in _sentences(report)]
+    for r in report.runs:
+        s = r.summary.get("soak")
+        if not s:
+            continue
+        verdicts = ", ".join(
+            f"{LABELS[k].split(' (')[0]} {v['verdict']}" for k, v in (s.get("trends") or {}).items() if v.get("verdict")
+        )
+        state = "" if s.get("state") == "complete" else " (interrupted: trends so far)"
+        lines.append(f"- {r.label} soak{state}: {verdicts or 'too few bins to judge'}")
+    return "\n".join(lines)
+
+
 def section_neighbour_markdown(report: Report) -> str:
     n_rows, s_rows = neighbour_rows(report), soak_rows(report)
     if not n_rows and not s_rows:
