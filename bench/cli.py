@@ -24,6 +24,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "env": "bench.env_cmd:env",
     "schedulers": "bench.cli:schedulers_cmd",
     "run": "bench.run_cmd:run",
+    "soak": "bench.soak_cmd:soak",
     "report": "bench.report_cmd:report",
     "compare": "bench.compare_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",

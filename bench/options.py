@@ -22,6 +22,35 @@ def stack_options(f):
     return f
 
 
+def neighbour_options(f):
+    """``--neighbour``, ``--neighbour-rate``, ``--neighbour-script`` and ``--readers``: what the
+    scheduler does to the rest of its database (harness/neighbour.py)."""
+    f = click.option(
+        "--readers",
+        default=None,
+        help="N overlapping long readers, e.g. 3x120s: each holds a REPEATABLE READ snapshot that read the "
+        "neighbour's tables for 120 s, staggered so one is always open, until the window ends.",
+    )(f)
+    f = click.option(
+        "--neighbour-script",
+        default=None,
+        help="A pgbench script run as the neighbour instead of the built-in TPC-B-like transaction.",
+    )(f)
+    f = click.option(
+        "--neighbour-rate",
+        type=float,
+        default=None,
+        help="The neighbour's open-loop rate, transactions/s (pgbench -R; default 200).",
+    )(f)
+    f = click.option(
+        "--neighbour",
+        default=None,
+        help="A neighbour workload on the same server and database, in its own tables: oltp (pgbench's "
+        "TPC-B-like transaction), measured alone first (the baseline), then beside the scheduler.",
+    )(f)
+    return f
+
+
 def owntable_options(f):
     """``--dsn``, ``--table``, ``--preset``, ``--where`` and the read-only safeguards of ``bench inspect``
     and ``bench capture``."""

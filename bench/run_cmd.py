@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from bench.options import overrides, stack_options, workload_options
+from bench.options import neighbour_options, overrides, stack_options, workload_options
 from harness.errors import UsageError
 
 
@@ -91,6 +91,17 @@ from harness.errors import UsageError
     help="Prometheus endpoint of the Temporal server, e.g. http://host:9090/metrics "
     "(default: the embedded dev server's).",
 )
+@click.option(
+    "--soak",
+    "soak",
+    is_flag=True,
+    help="A soak (what `bench soak` runs): per-bin trends with a steady/growing verdict each, and with "
+    "--readers, the readers over the middle third of the window and the recovery after.",
+)
+@click.option(
+    "--soak-bin", "soak_bin", default=None, help="With --soak: the trends' bin (default 1m, shorter under 20m)."
+)
+@neighbour_options
 @stack_options
 def run(
     scheduler_name,
@@ -109,6 +120,12 @@ def run(
     temporal_metrics=None,
     checkpoint="window",
     calibrates=None,
+    neighbour=None,
+    neighbour_rate=None,
+    neighbour_script=None,
+    readers=None,
+    soak=False,
+    soak_bin=None,
     **workload,
 ) -> None:
     """Run one workload against one scheduler; write runs/<timestamp>-<scheduler>/."""
@@ -119,17 +136,34 @@ def run(
     from harness.session import RunSession
 
     # every input first (nothing is created or touched before they are all good), then the servers
-    plan = check_run(scheduler_name, workload_spec, overrides(workload), opts, out, faults, nodes, arm_load)
+    plan = check_run(
+        scheduler_name,
+        workload_spec,
+        overrides(workload),
+        opts,
+        out,
+        faults,
+        nodes,
+        arm_load,
+        neighbour=neighbour,
+        neighbour_rate=neighbour_rate,
+        neighbour_script=neighbour_script,
+        readers=readers,
+    )
     if calibrates is not None and (plan.cls.name != "memory" or calibrates <= 0):
         raise UsageError(
             "--calibrates marks a memory run as the harness calibration for a positive rate; "
             "use `bench calibrate` to make one"
         )
     sample_every_s = parse_sample_every(sample_every)
+    soak_bin_s = soak_bin_option(soak, soak_bin, plan.workload.duration_s)
     if temporal_metrics is not None:
         temporal_metrics = parse_url_option("--temporal-metrics", temporal_metrics)
     note = lambda m: click.echo(f"note: {m}", err=True)  # noqa: E731
     dsn, address = resolve_servers([plan.cls], dsn, temporal_address, say=note)
+    neighbour_dsn = None
+    if plan.neighbour or plan.readers:  # on the scheduler's Postgres, or the embedded one beside Temporal
+        neighbour_dsn = dsn or resolve_servers([], None, None, say=note, need_postgres=True)[0]
     faults_mod.check(plan.fault_specs, dsn=dsn, temporal_address=address, nodes=plan.nodes)
     if dsn:
         check_leftovers(dsn, allow_leftovers, say=note)
@@ -145,6 +179,8 @@ def run(
             temporal_metrics=temporal_metrics,
             checkpoint=checkpoint,
             calibrates=calibrates,
+            neighbour_dsn=neighbour_dsn,
+            soak_bin_s=soak_bin_s,
         )
     )
     code = asyncio.run(session.main())
@@ -169,5 +205,27 @@ def check_run_args(args: list[str]) -> dict:
         p["faults"],
         p["nodes"],
         p["arm_load"],
+        neighbour=p["neighbour"],
+        neighbour_rate=p["neighbour_rate"],
+        neighbour_script=p["neighbour_script"],
+        readers=p["readers"],
     )
+    soak_bin_option(p["soak"], p["soak_bin"], 60.0)
     return p
+
+
+def soak_bin_option(soak: bool, text: str | None, duration_s: float) -> float | None:
+    """``--soak-bin``, checked: None without ``--soak``."""
+    from harness.inputs import parse_duration_option
+    from harness.soak import default_bin_s
+
+    if not soak:
+        if text is not None:
+            raise UsageError("--soak-bin needs --soak (or `bench soak`)")
+        return None
+    if text is None:
+        return default_bin_s(duration_s)
+    bin_s = parse_duration_option("--soak-bin", text)
+    if bin_s < 1.0:
+        raise UsageError(f"bad --soak-bin {text!r}; give at least 1s")
+    return bin_s

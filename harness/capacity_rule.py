@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from metrics.trend import climb as least_squares_climb
+
 TREND_SHARE = 0.25  # a climb of a quarter of the lag bound over one window is a backlog building
 TREND_MIN_S = 0.1  # climbs under 100 ms are noise at any bound
 
@@ -65,13 +67,7 @@ def lag_trend(
     med = np.array([np.median(lag[sec == b]) for b in bins])
     if len(bins) < 3:
         return Trend(None, None, None, limit, False, int(len(bins)))
-    x = bins.astype(float)
-    slope, intercept = np.polyfit(x, med, 1)
-    resid = med - (slope * x + intercept)
-    sxx = float(((x - x.mean()) ** 2).sum())
-    se = math.sqrt(float((resid**2).sum()) / max(1, len(x) - 2) / sxx) if sxx > 0 else math.inf
-    window = end - start
-    climb, se_climb = float(slope * window), float(se * window)
+    slope, climb, se_climb = least_squares_climb(bins.astype(float), med, span=end - start)
     rising = climb > limit and climb > 2 * se_climb
     return Trend(float(slope), climb, se_climb, limit, bool(rising), int(len(bins)))
 

@@ -305,6 +305,10 @@ class RunPlan:
     temporal_metrics: str | None = None  # a Temporal cluster's Prometheus endpoint
     checkpoint: str = "window"  # when to force a CHECKPOINT: "window", "warmup" or "off"
     calibrates: float | None = None  # a memory run measuring the harness's ceiling at this rate
+    neighbour: Any = None  # harness.neighbour.NeighbourSpec: --neighbour
+    readers: Any = None  # harness.neighbour.ReadersSpec: --readers
+    soak_bin_s: float | None = None  # bench soak: the trends' bin (None: not a soak)
+    neighbour_dsn: str | None = None  # where the neighbour and readers run (the scheduler's, or the embedded one)
 
 
 def check_run(
@@ -316,6 +320,10 @@ def check_run(
     faults=(),
     nodes: int | None = None,
     arm_load: str | None = None,
+    neighbour: str | None = None,
+    neighbour_rate: float | None = None,
+    neighbour_script: str | None = None,
+    readers: str | None = None,
 ) -> RunPlan:
     """Every input of a run that can be checked without a server, in the order a person reads the
     command line; the first bad one is the usage error."""
@@ -334,7 +342,21 @@ def check_run(
     if nodes:
         check_memory(w, w.triggers, processes=1 + nodes)
     fault_specs = parse_faults(faults)
-    return RunPlan(cls, options, w, out_dir, nodes, arm_load_per_s, list(fault_specs))
+    from harness.neighbour import check_neighbour, parse_readers
+
+    neighbour_spec = check_neighbour(neighbour, neighbour_rate, neighbour_script)
+    readers_spec = parse_readers(readers)
+    return RunPlan(
+        cls,
+        options,
+        w,
+        out_dir,
+        nodes,
+        arm_load_per_s,
+        list(fault_specs),
+        neighbour=neighbour_spec,
+        readers=readers_spec,
+    )
 
 
 def load_plan(steps: str | None, plan_file: str | None, run_s: float) -> list:

@@ -1,9 +1,9 @@
 """The schemas runs leave on a server: a live run's lease, the leftovers of killed ones, and gc.
 
 A run sets its scheduler up in a fresh schema ``run_<YYYYmmdd>_<HHMMSS>_<hex>`` (a migration
-rehearsal uses that name plus ``_p`` and ``_s``) and drops it at the end. A run killed with
-SIGKILL (or a machine that went down) cannot: its schema stays, with every table, dead tuple
-and index it had, on the server the next run measures, where autovacuum may still be working
+rehearsal uses that name plus ``_p`` and ``_s``, a run's ``--neighbour`` plus ``_n``) and drops it
+at the end. A run killed with SIGKILL (or a machine that went down) cannot: its schema stays, with
+every table, dead tuple and index it had, on the server the next run measures, where autovacuum may still be working
 through it. ``bench env status`` lists them, ``bench env gc`` drops them, and a run refuses to
 start while they hold more than :data:`LEFTOVER_LIMIT_BYTES` (unless ``--allow-leftovers``).
 
@@ -38,7 +38,7 @@ from schedulers.sqlfile import load_blocks
 
 SQL = load_blocks(Path(__file__).with_name("schemas.sql"))
 
-RUN_SCHEMA = r"^run_[0-9]{8}_[0-9]{6}_[0-9a-f]{6}(_[ps])?$"  # what runs and rehearsals name their schemas
+RUN_SCHEMA = r"^run_[0-9]{8}_[0-9]{6}_[0-9a-f]{6}(_[psn])?$"  # what runs and rehearsals name their schemas
 _RUN_SCHEMA = re.compile(RUN_SCHEMA)
 LOCK_CLASS = 0x74696D72  # "timr": the advisory-lock class of run leases (the first of the two int4 keys)
 # A run refuses to start while leftovers hold more than this: the embedded server's shared_buffers
@@ -53,8 +53,9 @@ def is_run_schema(name: str) -> bool:
 
 
 def run_of(schema: str) -> str:
-    """The run a schema belongs to (a rehearsal's ``_p`` / ``_s`` belong to its base name)."""
-    return schema[:-2] if schema.endswith(("_p", "_s")) else schema
+    """The run a schema belongs to (a rehearsal's ``_p`` / ``_s`` and a neighbour's ``_n`` belong to
+    its base name)."""
+    return schema[:-2] if schema.endswith(("_p", "_s", "_n")) else schema
 
 
 def lease_key(schema: str) -> int:
@@ -92,7 +93,7 @@ class SchemaLease:
 async def mark_kept(dsn: str, schema: str) -> None:
     """Mark a run's schema (a rehearsal's two) as kept on purpose."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        for name in (schema, f"{schema}_p", f"{schema}_s"):
+        for name in (schema, f"{schema}_p", f"{schema}_s", f"{schema}_n"):
             if await (await conn.execute(SQL["schema_exists"], {"name": name})).fetchone():
                 await conn.execute(sql.SQL(SQL["mark_kept"]).format(schema=sql.Identifier(name)))
 

@@ -13,12 +13,17 @@ from harness.errors import BenchError, UsageError
 
 
 def resolve_servers(
-    classes, dsn: str | None, temporal_address: str | None, say: Callable[[str], None] = print
+    classes,
+    dsn: str | None,
+    temporal_address: str | None,
+    say: Callable[[str], None] = print,
+    need_postgres: bool = False,
 ) -> tuple[str | None, str | None]:
-    """The DSN and Temporal address the given scheduler classes need."""
+    """The DSN and Temporal address the given scheduler classes need (``need_postgres``: a DSN
+    even when they do not, for a run's neighbour)."""
     from harness import stack
 
-    need_pg = any(getattr(c, "needs_postgres", False) for c in classes) or dsn is not None
+    need_pg = any(getattr(c, "needs_postgres", False) for c in classes) or dsn is not None or need_postgres
     need_temporal = any(getattr(c, "needs_temporal", False) for c in classes)
     if not (need_pg or need_temporal):
         return None, None

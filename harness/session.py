@@ -88,6 +88,14 @@ class RunSession:
         self._lease = None  # harness.schemas.SchemaLease: the schema is a live run's
         self.arm_load = None  # harness.arm_load.ArmLoad, with --arm-load
         self.faults = None  # harness.faults.FaultInjector, with --fault
+        self.neighbour_spec = plan.neighbour
+        self.readers_spec = plan.readers
+        self.soak_bin_s = plan.soak_bin_s
+        self.claims = None  # harness.soak.ClaimStatements, in a soak
+        self.neighbour_dsn = plan.neighbour_dsn or plan.dsn
+        self.neighbour = None  # harness.neighbour.Neighbour, with --neighbour
+        self.readers = None  # harness.neighbour.Readers, with --readers
+        self._neighbour_lease = None  # the neighbour's schema on a Postgres the scheduler does not use
 
     def say(self, message: str) -> None:
         self.console.print(message)
@@ -124,6 +132,20 @@ class RunSession:
         self.console.print(out.summary_table(s))
         for line in out.problem_lines(s):
             self.say(line)
+        if s.get("neighbour"):
+            from metrics.neighbour import ratio_text
+
+            self.say(ratio_text(s["neighbour"]))
+        if s.get("soak"):
+            from metrics.soak import verdict_lines
+
+            so = s["soak"]
+            self.say(f"soak ({so['state']}), trends over {so['trend_span']['what']}, {so['bin_s']:g} s bins:")
+            for line in verdict_lines(so):
+                self.say(f"  {line}")
+        if s.get("readers"):
+            r = s["readers"]
+            self.say(f"readers: {len(r['holds'])} REPEATABLE READ snapshots of {r['hold_s']:g} s held by {r['count']}")
         if s.get("faults"):
             from harness.faults import summary_lines
 
@@ -195,11 +217,23 @@ class RunSession:
             "window": self.window,
             "measurement": self.measurement,
             "load": self.load,
+            "neighbour": None if self.neighbour is None else self.neighbour.record,
+            "readers": None if self.readers_spec is None else self._readers_record(),
+            "soak": None
+            if self.soak_bin_s is None
+            else {"bin_s": self.soak_bin_s, "claim_statements": self.claims.describe() if self.claims else None},
             # bench calibrate: this memory run is the harness's own ceiling for runs of the same
             # workload shape at ``for_rate`` (reports.harness_ceiling)
             "calibration": None
             if self.calibrates is None
             else {"for_rate": self.calibrates, "factor": round((self.w.rate_per_s or 0.0) / self.calibrates, 3)},
+        }
+
+    def _readers_record(self) -> dict[str, Any]:
+        return {
+            **self.readers_spec.to_json(),
+            "start_at": self.window.get("readers_start_at"),
+            "stop_at": self.window.get("readers_stop_at"),
         }
 
     def _write_config(self) -> None:
@@ -259,6 +293,8 @@ class RunSession:
                 from harness.schemas import SchemaLease
 
                 self._lease = await SchemaLease.take(self.dsn, self.schema)  # before the schema exists
+            if self.neighbour_spec is not None:
+                await self._until_interrupted(self._prepare_neighbour())
             self.say(f"setting up {self.cls.name} in schema {self.schema} ...")
             await self._until_interrupted(scheduler.setup())
             exit_code = await self._measure(scheduler, population)
@@ -279,6 +315,18 @@ class RunSession:
             self.say("run FAILED its correctness promise: " + "; ".join(summary["failures"]))
             exit_code = accounting.EXIT_INCORRECT
         return exit_code
+
+    async def _prepare_neighbour(self) -> None:
+        from harness.neighbour import SUFFIX, Neighbour
+        from harness.schemas import SchemaLease
+
+        if self._lease is None:  # the scheduler uses no Postgres: the neighbour's schema is leased here
+            self._neighbour_lease = await SchemaLease.take(self.neighbour_dsn, self.schema)
+        self.neighbour = Neighbour(
+            self.neighbour_spec, self.neighbour_dsn, self.run_dir, self.schema + SUFFIX, self.say
+        )
+        self._write_config()
+        await self.neighbour.prepare()
 
     async def _until_interrupted(self, coro):
         """Await ``coro`` unless Ctrl-C comes first."""
@@ -303,6 +351,9 @@ class RunSession:
         )
         self.processor = PollingProcessor(w, population, self.recorder)
         self.workers = self._make_workers()
+        if self.neighbour is not None:  # alone, before any worker claims: the baseline
+            await self._until_interrupted(self.neighbour.baseline(w.duration_s))
+            self._write_config()
         await self._until_interrupted(self.workers.start(scheduler, self.processor))
         if self.arm_load_per_s:
             from harness.arm_load import ArmLoad
@@ -317,7 +368,18 @@ class RunSession:
         self.recorder.measure_start = self.window["measure_start"]
         self.recorder.measure_end = self.window["measure_end"]
         await self.workers.stop_rearming_at(self.window["measure_end"])  # the drain re-arms nothing
+        if self.readers_spec is not None and self.soak_bin_s is not None:
+            from harness.soak import READERS_FROM, READERS_UNTIL
+
+            # a soak: the level before, the readers' load, then the recovery, a third each
+            self.window["readers_start_at"] = self.window["measure_start"] + READERS_FROM * w.duration_s
+            self.window["readers_stop_at"] = self.window["measure_start"] + READERS_UNTIL * w.duration_s
+        elif self.readers_spec is not None:
+            self.window["readers_start_at"] = self.window["arm_start"]
+            self.window["readers_stop_at"] = self.window["measure_end"]
         self._write_config()
+        if self.neighbour is not None:
+            await self.neighbour.start(self.window["measure_end"] - time.time())
         self.sampler = await self._make_sampler(scheduler)
         await self.sampler.open()
         self.measurement["unavailable"].update(self.sampler.unavailable)
@@ -351,6 +413,30 @@ class RunSession:
         edges = asyncio.create_task(self._window_edges())
         if self.faults is not None:
             helpers.append(asyncio.create_task(self.faults.loop(stop)))
+        if self.readers_spec is not None:
+            from harness.neighbour import Readers
+
+            schema = None if self.neighbour is None else self.neighbour.schema
+            self.readers = Readers(self.readers_spec, self.neighbour_dsn, self.run_dir, schema, self.say)
+            helpers.append(
+                asyncio.create_task(
+                    self.readers.run(self.window["readers_start_at"], self.window["readers_stop_at"], stop)
+                )
+            )
+        if self.soak_bin_s is not None:
+            from harness.soak import ClaimStatements
+
+            self.claims = ClaimStatements(self.cls, self.dsn, self.run_dir, self.soak_bin_s)
+            helpers.append(
+                asyncio.create_task(
+                    self.claims.run(
+                        self.sampler.extensions.get("pg_stat_statements"),
+                        self.window,
+                        lambda: self._window_opened,
+                        stop,
+                    )
+                )
+            )
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
         self.say(
             f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
@@ -645,6 +731,8 @@ class RunSession:
         # waiting) must leave no node or locust process behind; a no-op after _measure
         if self.arm_load is not None:
             await self.arm_load.stop()
+        if self.neighbour is not None:
+            await self.neighbour.stop(graceful=complete)
         if self.workers is not None:
             await self.workers.stop()
         extra: dict[str, Any] = {}
@@ -710,11 +798,22 @@ class RunSession:
                     self.say(f"kept schema {self.schema}")
             except Exception as exc:
                 self.say(f"warning: teardown failed: {type(exc).__name__}: {exc}")
+        if self.neighbour is not None and not self.keep:
+            try:
+                await asyncio.wait_for(self.neighbour.teardown(), 60)
+            except Exception as exc:
+                self.say(f"warning: the neighbour's teardown failed: {type(exc).__name__}: {exc}")
         await self._let_go()
         self.print_summary(summary)
 
     async def _let_go(self) -> None:
         """The run is over: its schema lease and its directory's lock go."""
+        if self._neighbour_lease is not None:
+            try:
+                await self._neighbour_lease.release()
+            except Exception:
+                pass
+            self._neighbour_lease = None
         if self._lease is not None:
             try:
                 await self._lease.release()

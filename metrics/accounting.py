@@ -28,6 +28,8 @@ import numpy as np
 import pyarrow as pa
 
 from metrics.bill import cost_figures, cost_warnings, run_metric_mean, table_figures
+from metrics.neighbour import neighbour_summary, readers_summary
+from metrics.neighbour import problems as neighbour_problems
 from metrics.rundir import (
     BACKEND_GAUGE,
     BATCH_BIN_WIDTH_GAUGE,
@@ -39,6 +41,7 @@ from metrics.rundir import (
     read_samples,
     run_state,
 )
+from metrics.soak import soak_analysis
 
 RATE_HELD_SHARE = 0.95  # achieved below 95% of offered, or offered below 95% of target: rate not held
 
@@ -396,6 +399,10 @@ def compute_summary(
         warnings.append(f"{acc['early']:,} fires delivered before their due time (early; lag kept negative)")
     if not_steady:
         warnings.append("not steady state: " + "; ".join(not_steady))
+    neighbour = neighbour_summary(run_dir, measure_start, measure_end)
+    if neighbour and neighbour.get("error"):
+        warnings.append(f"neighbour: {neighbour['error']}")
+    warnings.extend(neighbour_problems(neighbour))
     if measured_s <= 0 and complete:
         warnings.append("empty measured window")
 
@@ -432,12 +439,23 @@ def compute_summary(
         **tables,
         **costs,
         "harness": harness_cpu(cfg, measured_s, n_fires),
+        "neighbour": neighbour,
+        "readers": readers_summary(run_dir),
+        "soak": _soak(run_dir, measure_start, measure_end, complete),
         "unavailable": unavailable,
         "warnings": warnings,
         # what the reader of the cost figures must know (they are shown as warnings in the
         # report), kept apart from the run's own problems above
         "measurement_notes": cost_warnings(window, tables, costs),
     }
+
+
+def _soak(run_dir: Path, start: float, end: float, complete: bool) -> dict[str, Any] | None:
+    """``bench soak``'s trends (:mod:`metrics.soak`), marked interrupted when the run did not finish."""
+    analysis = soak_analysis(run_dir, start, end)
+    if analysis is None:
+        return None
+    return {"state": "complete" if complete else "interrupted", **analysis}
 
 
 def harness_cpu(cfg: dict[str, Any], measured_s: float, fires: int) -> dict[str, Any] | None:

@@ -60,6 +60,13 @@
     :func:`metrics.accounting.compute_summary` of the files above. A directory without one (the run was
     killed) is read from its segments: :func:`read_fires` and :func:`read_samples` fall back to
     them, and :func:`metrics.accounting.interrupted_summary` recomputes the figures, marked incomplete.
+``neighbour/`` (``--neighbour``)
+    pgbench's per-transaction latency logs (``-l``): ``baseline.<pid>`` (the neighbour alone, before
+    the scheduler starts) and ``run.<pid>`` (beside it); ``config.json``'s ``neighbour`` holds the
+    spec and both windows (:mod:`metrics.neighbour`).
+``readers.jsonl`` (``--readers``)
+    One JSON line per REPEATABLE READ snapshot a reader held: ``reader``, ``start``, ``end``,
+    ``xmin``, appended when each ends (a killed run keeps the ones that ended).
 ``faults.json`` (``--fault``), ``migration.json`` (``bench migrate dry-run``), ``locust_*`` (``--arm-load``)
     and ``nodes/`` (``--nodes``: what each node recorded, see :mod:`metrics.parts`); a sweep
     directory holds ``sweep.json`` beside its runs. Every name is a constant or a function below.
@@ -104,6 +111,10 @@ RUN_LOG = "run"  # the run process's own fire log in segments/ (nodes' logs are 
 RUN_LOCK = "run.lock"  # flock'ed by the live run process
 STATEMENTS = "statements.parquet"  # pg_stat_statements over the measured window (metrics.pgcost)
 BLOAT = "bloat.json"  # pgstattuple at the end of the run beside n_dead_tup (metrics.pgcost)
+NEIGHBOUR_DIR = "neighbour"  # --neighbour: pgbench's per-transaction latency logs (metrics.neighbour)
+NEIGHBOUR_BASELINE_LOG = "baseline"  # --log-prefix of the neighbour alone, before the scheduler starts
+NEIGHBOUR_RUN_LOG = "run"  # --log-prefix of the neighbour beside the scheduler
+READERS = "readers.jsonl"  # --readers: one line per held snapshot, appended as each ends (metrics.neighbour)
 
 
 def node_workload(nodes_dir: Path) -> Path:

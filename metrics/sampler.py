@@ -17,7 +17,9 @@ Run-wide (scope ``run``): ``fires_per_s`` (fires received since the last sample)
 fires; summed over nodes with ``--nodes``), ``lag_p50_ms`` / ``lag_p99_ms`` over the fires of the
 last interval (a live view from an HDR histogram, where an early fire counts as 0 ms; the
 summary's lag is exact and counts early fires), ``wal_bytes`` (cumulative since the run started,
-from the WAL position; server-wide), ``oldest_xact_age_s`` (server-wide), ``sample_ms`` (how long
+from the WAL position; server-wide), ``oldest_xact_age_s`` (server-wide), ``oldest_xmin_age_s`` and
+``oldest_xmin_age_xids`` (the oldest snapshot holding the xmin horizon: how long since its
+transaction began, and how many xids behind it is; server-wide), ``sample_ms`` (how long
 the previous sample took, wall clock: the sampler's own cost), every ``stats()`` counter as
 ``backend.<name>``, and the engine's own gauges (``backlog``: due and not yet received, from the
 harness's bookkeeping, so no design is asked to count its queue).
@@ -289,7 +291,7 @@ class Sampler:
         conn = self._conn
         if len(self._scopes) < len(self._names):
             await self._resolve()  # a table created after the sampler started
-        wal_pos, oldest = await (await conn.execute(SQL["run_stats"])).fetchone()
+        wal_pos, oldest, xmin_age_s, xmin_age_xids = await (await conn.execute(SQL["run_stats"])).fetchone()
         rows = []
         if self._scopes:
             rows = await (await conn.execute(SQL["relation_stats"], {"relids": list(self._scopes)})).fetchall()
@@ -304,6 +306,8 @@ class Sampler:
             return
         self._add(t, "run", "wal_bytes", float(wal_pos) - (self._wal0 or float(wal_pos)))
         self._add(t, "run", "oldest_xact_age_s", float(oldest))
+        self._add(t, "run", "oldest_xmin_age_s", float(xmin_age_s))  # how long the horizon has been held
+        self._add(t, "run", "oldest_xmin_age_xids", float(xmin_age_xids))
         pg = server_scope(POSTGRES)
         for name, v in server.items():
             # a restarted server starts its counters again: count from there

@@ -22,9 +22,13 @@ FROM pg_stat_all_tables s
 WHERE s.relid = ANY(%(relids)s::oid[])
 
 -- name: run_stats
--- WAL position (bytes since 0/0) and the age of the oldest open transaction on the server
+-- WAL position (bytes since 0/0), the age of the oldest open transaction on the server, and of the
+-- oldest snapshot holding the xmin horizon (in seconds since its transaction began, and in xids)
 SELECT /* timerbench-sampler */ pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS wal_pos,
-       coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8 AS oldest_xact_age_s
+       coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8 AS oldest_xact_age_s,
+       coalesce(extract(epoch FROM max(clock_timestamp() - xact_start) FILTER (WHERE backend_xmin IS NOT NULL)),
+                0)::float8 AS oldest_xmin_age_s,
+       coalesce(max(age(backend_xmin)), 0)::float8 AS oldest_xmin_age_xids
 FROM pg_stat_activity
 WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()
 

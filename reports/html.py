@@ -18,6 +18,7 @@ from reports.decide import blocks_html, fairness_blocks, gate_blocks, per_day_bl
 from reports.first_screen import first_screen_blocks, notes_blocks
 from reports.load import Run
 from reports.model import Report
+from reports.neighbour import section_neighbour_html
 from reports.plots import scheduler_colour
 from reports.sweep import section_sweep_html
 from reports.tables import (
@@ -440,6 +441,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     section_gate,  # only with --fail-on
     section_checks,
     section_summary,
+    section_neighbour_html,  # reports/neighbour.py: only with --neighbour, --readers or --soak
     section_narrative,
     section_bloat,
     section_statements,

@@ -16,6 +16,7 @@ from reports.costs import BLOAT_NOTE, PROCESS_NOTE, STATEMENTS_NOTE
 from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_day_blocks, recommendation_blocks
 from reports.first_screen import first_screen_blocks, key_figures_block, notes_blocks
 from reports.model import Report
+from reports.neighbour import neighbour_summary_markdown, section_neighbour_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (
     ENVIRONMENT_ROWS,
@@ -317,6 +318,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     md_decision(gate_blocks),
     md_checks,
     md_summary,
+    section_neighbour_markdown,
     md_narrative,
     md_bloat,
     md_statements,
@@ -336,6 +338,7 @@ SUMMARY_SECTIONS: list[Callable[[Report], str]] = [
     md_key_figures,
     md_failures,
     md_decision(gate_blocks),
+    neighbour_summary_markdown,  # "neighbour p99 xN against the neighbour alone", soak verdicts
     section_sweep_markdown,  # a sweep's, a capacity search's or a rehearsal's verdict, when it is one
     section_capacity_markdown,
     md_migration,

@@ -1,6 +1,7 @@
 """Named figures of a run and thresholds over them: the one vocabulary of ``--slo`` (absolute:
 ``p99<1s,lost=0,jain>0.9,worst_tenant_p99<2s``) and ``--fail-on`` (against a baseline:
-``lag_p99>+15%,wal_per_fire>+10%,hot_ratio<-5pp,lost>0``).
+``lag_p99>+15%,wal_per_fire>+10%,hot_ratio<-5pp,lost>0``). ``neighbour_p99<2x`` is a multiple: the run's
+neighbour p99 over the same neighbour's alone (``bench run --neighbour``).
 
 A threshold is ``NAME OP VALUE`` with ``OP`` one of ``< <= > >= =``. ``VALUE`` is absolute
 (``1s``, ``250ms``, ``0.9``, ``0``) or, for ``--fail-on``, a change from the baseline: ``+15%`` /
@@ -72,7 +73,7 @@ def _fair(run: Run, attr: str, scale: float = 1.0) -> float | None:
 class FigureDef:
     name: str
     get: Callable[[Run], float | None]
-    unit: str  # "s" (durations, parsed from s/ms), "ratio" (0..1: pp applies), "" (a count or amount)
+    unit: str  # "s" (durations, parsed from s/ms), "ratio" (0..1: pp applies), "x" (a multiple), "" (a count)
     lower_is_better: bool
     label: str
 
@@ -119,6 +120,13 @@ FIGURES: dict[str, FigureDef] = {
             "worst_over_median", lambda r: _fair(r, "worst_over_median"), "", True, "worst / median tenant lag p99"
         ),
         FigureDef("starvation", lambda r: _fair(r, "starved_s"), "s", True, "starvation bound"),
+        FigureDef(
+            "neighbour_p99",
+            lambda r: (r.summary.get("neighbour") or {}).get("p99_ratio"),
+            "x",
+            True,
+            "neighbour p99 against the neighbour alone",
+        ),
     ]
 }
 ALIASES = {"p50": "lag_p50", "p99": "lag_p99", "p999": "lag_p999", "wal": "wal_per_fire", "fairness": "jain"}
@@ -155,7 +163,7 @@ class Threshold:
 
 
 _EXPR = re.compile(
-    r"^\s*([a-z_0-9]+)\s*(<=|>=|<|>|==|=)\s*([+-]?)\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|s|%|pp)?\s*$", re.I
+    r"^\s*([a-z_0-9]+)\s*(<=|>=|<|>|==|=)\s*([+-]?)\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ms|s|%|pp|x)?\s*$", re.I
 )
 
 
@@ -195,6 +203,8 @@ def parse_thresholds(text: str, option: str, allow_relative: bool) -> list[Thres
                 f"{option}: {part.strip()!r}: percentage points apply to ratios "
                 f"({', '.join(n for n, f in FIGURES.items() if f.unit == 'ratio')})"
             )
+        if unit == "x" and fig.unit != "x":
+            raise ReportError(f"{option}: {part.strip()!r}: {name} is not a multiple of a baseline; drop the x")
         if unit in ("s", "ms"):
             if fig.unit != "s":
                 raise ReportError(f"{option}: {part.strip()!r}: {name} is not a duration; give a plain number")
@@ -212,6 +222,8 @@ def fmt_figure(fig: FigureDef, value: float | None) -> str:
         return "not delivered" if fig.unit == "s" else "∞"
     if fig.unit == "s":
         return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+    if fig.unit == "x":
+        return f"×{value:.2f}"
     if fig.name == "jain":  # an index, not a share
         return f"{value:.3f}"
     if fig.unit == "ratio":

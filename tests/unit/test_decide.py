@@ -416,3 +416,31 @@ def test_bench_report_fail_on_exit_codes(tmp_path, capsys):
     )
     assert bad_input.returncode == 2 and "give lag_p99 a unit" in bad_input.stderr
     assert "Traceback" not in bad_input.stderr
+
+
+# -- the neighbour's p99 as a multiple of the neighbour alone -----------------------------------
+
+
+def _with_neighbour(r: Run, ratio: float | None) -> Run:
+    r.summary["neighbour"] = {"p99_ratio": ratio, "baseline": {"p99_ms": 4.0}, "run": {"p99_ms": (ratio or 0) * 4.0}}
+    return r
+
+
+def test_neighbour_p99_is_a_multiple_in_the_slo_and_the_gate():
+    (t,) = parse_thresholds("neighbour_p99<2x", "--slo", allow_relative=False)
+    assert t.figure.name == "neighbour_p99" and t.value == 2.0 and t.relative is None
+    calm = _with_neighbour(run("pg_leased", 500.0, 7000.0, bytes_per_fire=8000.0), 1.3)
+    loud = _with_neighbour(run("pg_queue", 500.0, 7000.0, bytes_per_fire=1000.0), 3.1)
+    rec = recommend([loud, calm], slo_text="p99<2s,neighbour_p99<2x")
+    assert rec.choice == "pg_leased"  # the cheaper pg_queue triples its neighbour's p99
+    # --fail-on: an absolute multiple, or a change of the multiple from the baseline's
+    assert gate([calm], [loud], "neighbour_p99>2x").failed
+    assert not gate([calm], [_with_neighbour(run("new", 500.0, 7000.0), 1.4)], "neighbour_p99>+15%").failed
+    # a run without a neighbour lacks the figure: the gate says so instead of passing it
+    v = gate([calm], [run("new", 500.0, 7000.0)], "neighbour_p99>2x")
+    assert v.failed and "do not have this figure" in v.lines[0].why
+
+
+def test_x_applies_to_multiples_only():
+    with pytest.raises(ReportError, match="not a multiple"):
+        parse_thresholds("lost<2x", "--slo", allow_relative=False)
