@@ -53,7 +53,7 @@ lint: install
 # scheduler per worker at a time: tests/conftest.py groups them): most tests wait on timers and
 # runs, not on the CPU, so three at once take a fraction of one at a time on 2 cores.
 test: lint $(NODE_APPS)/node_modules/.installed-lock
-	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE -n 3 --dist loadgroup tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rfE --durations=15 -n 3 --dist loadgroup tests
 
 # The fast tier: ruff, the unit tests and the layer contracts (tests/unit/test_layers.py), no
 # servers (tests/unit/conftest.py refuses them); about 30 s on 2 shared cores.
