@@ -187,7 +187,9 @@ def test_pg_queue_dead_tuples_climb_for_the_whole_held_snapshot_and_fall_after(b
     # compares each third of the hold with the one before rather than sample with sample.
     thirds = [x.mean() for x in np.array_split(during, 3)]
     assert thirds[0] < thirds[1] < thirds[2], during
-    assert during[-1] >= 2 * max(during[0], 100) and during[-1] >= 0.9 * during.max(), during
+    # (not sample by sample: pruning may still remove versions that died before the snapshot,
+    # so one sample can dip below the one before: seen 5,291 then 4,675)
+    assert during[-1] >= 2 * max(during[0], 100), during
     # and falling once it is released (autovacuum every second on this server)
     assert after.min() <= 0.5 * during.max(), (during, after)
     assert_hold_counts_match_the_samples(run_dir, hold, during)

@@ -69,6 +69,9 @@ SUMMARY_KEYS = {
     "warnings",
     "measurement_notes",
     "harness",
+    "neighbour",  # None: no --neighbour
+    "readers",  # None: no --readers
+    "soak",  # None: not a soak
 }
 ENV_KEYS = {
     "python",
