@@ -89,10 +89,14 @@ class Launch:
     # poll re-runs the step the dead executor was in, which may have been the wait before it)
     first_attempts: dict[str, int] = field(default_factory=dict)
     recovered: int = 0  # workflows this launch handed back from dead executors
+    # clear while a sweep hands workflows back: DBOS may run a recovered workflow's step before
+    # the sweep has noted its attempt, so steps wait for the sweep to finish noting
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- the step side (called from DBOS's loop, run here) -------------------------------------
 
     async def request(self, trigger_id: str, me: str, pred: str | None) -> list[Any] | None:
+        await self.settled.wait()
         attempt = self.first_attempts.pop(me, 1)
         while True:
             future = self.loop.create_future()
@@ -263,6 +267,7 @@ async def _start(launch: Launch) -> None:
     except BaseException:
         await asyncio.to_thread(DBOS.destroy)
         raise
+    launch.settled.set()
     await launch.store.executor_registered(launch.executor_id)
     launch.tasks.append(asyncio.ensure_future(_every(launch.store.heartbeat_s, launch, _heartbeat)))
     launch.tasks.append(asyncio.ensure_future(_every(launch.store.sweep_s, launch, _sweep)))
@@ -299,10 +304,14 @@ async def _sweep(launch: Launch) -> None:
     gone = await launch.store.executors_gone(launch.executor_id)
     if not gone:
         return
-    handles = await asyncio.to_thread(DBOS._recover_pending_workflows, gone)
-    launch.recovered += len(handles)
-    for h in handles:  # their next live poll redelivers the fire they were polling, if any
-        launch.first_attempts[h.get_workflow_id()] = 2
+    launch.settled.clear()
+    try:
+        handles = await asyncio.to_thread(DBOS._recover_pending_workflows, gone)
+        launch.recovered += len(handles)
+        for h in handles:  # their next live poll redelivers the fire they were polling, if any
+            launch.first_attempts[h.get_workflow_id()] = 2
+    finally:
+        launch.settled.set()
     await launch.store.executors_forget(gone)
     log.info("dbos_workflows: recovered %d workflows of executors %s", len(handles), ", ".join(gone))
 
