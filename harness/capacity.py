@@ -61,16 +61,27 @@ def step_args(plan: CapacityPlan) -> list[str]:
         if plan.workload is None
         else ["--workload", plan.workload]
     )
-    args = [*workload, "--duration", plan.duration]
-    for flag, value in (("--dsn", plan.dsn), ("--temporal-address", plan.temporal_address)):
+    return [
+        *workload,
+        "--duration",
+        plan.duration,
+        *servers_and_checkpoint(plan.dsn, plan.temporal_address, plan.extra_args),
+    ]
+
+
+def servers_and_checkpoint(dsn: str | None, temporal_address: str | None, extra_args: list[str]) -> list[str]:
+    """A step's server options, its CHECKPOINT at the start of the warm-up (unless ``extra_args``
+    say otherwise), then ``extra_args``."""
+    args: list[str] = []
+    for flag, value in (("--dsn", dsn), ("--temporal-address", temporal_address)):
         if value is not None:
             args += [flag, value]
     # A step's own forced CHECKPOINT goes at the start of its warm-up: at high rates, flushing
     # a large dirty cache just before the window stalled the server into it (pg_leased at
     # 8,170/s: 75 s), so the step measured the checkpoint, not the design.
-    if not any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in plan.extra_args):
+    if not any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in extra_args):
         args += ["--checkpoint", "warmup"]
-    return args + list(plan.extra_args)
+    return args + list(extra_args)
 
 
 def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[bool, str | None, dict[str, Any]]:
