@@ -44,6 +44,7 @@ MOVE_SHARE = 0.001  # of the long-horizon timers, moved while armed during the w
 DEFAULT_ARM_RATE = 2_000.0  # timers/s assumed for a design's first step (conservative)
 ARM_MARGIN = 1.25  # the warm-up allows this much more than the expected arming time
 PROJECT_POPULATION = 100_000_000
+TOTALS = ("storage_bytes", "rss_bytes")  # sizes of a whole store or process: fixed + per timer
 
 
 @dataclass
@@ -95,7 +96,10 @@ def step_workload(plan: ScalePlan, population: int, rate: float) -> dict[str, An
     data.update(
         name=f"{w.name}-scale-{population}",
         triggers=int(population),
-        rate_per_s=float(rate) if plan.share is None else population * (1 - share) * e,
+        # auto: the rate asked for (a population just short of it, share 0: the population's own)
+        rate_per_s=(min(float(rate), population * e) if share == 0 else float(rate))
+        if plan.share is None
+        else population * (1 - share) * e,
         long_horizon_share=float(share),
         long_horizon_state_bytes=int(plan.long_horizon_state_bytes),
         long_horizon_move_share=float(plan.move_share),
@@ -350,7 +354,12 @@ def fits_of(steps: list[dict[str, Any]], axis: str, project: float | None) -> di
         xs = [s[axis] for s in done]
         ys = [(s.get("figures") or {}).get(key) for s in done]
         pts = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float))]
-        fit = scale_rule.fit_loglog([p[0] for p in pts], [p[1] for p in pts], project if axis == "population" else None)
+        fit = scale_rule.fit_loglog(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            project if axis == "population" else None,
+            total=key in TOTALS,
+        )
         if fit is not None:
             out[key] = fit
     return out

@@ -35,6 +35,7 @@ from metrics.trend import climb, verdict
 
 SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000}
 MAX_POPULATION = 10_000_000_000
+RATE_SLACK = 0.05  # a population this much short of what the rate needs runs at its own rate (held >= 95%)
 FLAT_BELOW = 0.25  # |slope| below this: flat or logarithmic, by the second test
 LINEAR_FROM = 0.75  # a slope from here to SUPERLINEAR reads as linear
 SUPERLINEAR = 1.25
@@ -74,9 +75,12 @@ def periodic_needed(rate: float, fires_per_trigger_s: float) -> int:
 
 
 def auto_share(population: int, rate: float, fires_per_trigger_s: float) -> float:
-    """The long-horizon share that makes ``population`` at ``rate``; ValueError when the rate
-    alone needs more timers than the step has."""
+    """The long-horizon share that makes ``population`` at ``rate``: 0 for a population up to
+    :data:`RATE_SLACK` short of what the rate needs (its rate is then the population's, as
+    ``12k`` at 556/s, which needs 12,032); ValueError when the rate needs more than that."""
     needed = periodic_needed(rate, fires_per_trigger_s)
+    if population >= (1 - RATE_SLACK) * needed:
+        return max(0.0, 1.0 - needed / population)  # a step just short of it fires a little slower
     if population < needed:
         raise ValueError(
             f"--population {population:,}: {rate:g} fires/s needs {needed:,} periodic timers at these intervals, "
@@ -144,9 +148,14 @@ def check_fits(
     return Fit(why is None, why, disk_need, disk_free, memory_need, memory_available)
 
 
-def fit_loglog(xs, ys, project: float | None = None) -> dict[str, Any] | None:
+def fit_loglog(xs, ys, project: float | None = None, total: bool = False) -> dict[str, Any] | None:
     """The log-log fit of ``ys`` against ``xs`` (both > 0), its reading and its prediction at
-    ``project``; None with fewer than two usable points."""
+    ``project``; None with fewer than two usable points.
+
+    ``total``: ``ys`` is the size of a whole store or process, a fixed cost plus a cost per timer,
+    whose log-log slope climbs towards 1 only once the timers outweigh the fixed cost; it is also
+    fitted as ``fixed + per_added x N`` on linear axes, which reads "fixed + linear" (when the
+    log-log slope alone would read it below linear) and predicts."""
     x = np.asarray(xs, float)
     y = np.asarray(ys, float)
     keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
@@ -177,8 +186,15 @@ def fit_loglog(xs, ys, project: float | None = None) -> dict[str, Any] | None:
             out["predicted"] = float(a + b * math.log(project))
         elif reading == "flat":
             out["predicted"] = float(np.median(y))
-        else:
+        elif reading != "falling":  # a falling line extrapolates to nothing worth saying
             out["predicted"] = float(math.exp(intercept + slope * math.log(project)))
+    if total:
+        per, fixed = (float(v) for v in np.polyfit(x, y, 1))
+        out.update(per_added=per, fixed=fixed)
+        if per > 0 and fixed > 0 and reading not in ("linear", "superlinear"):
+            out["reading"] = "fixed + linear"
+        if project and per > 0:
+            out["predicted"] = fixed + per * project
     return out
 
 

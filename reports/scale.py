@@ -38,7 +38,8 @@ READINGS = {
     "sublinear": "sublinear: grows, slower than the population",
     "linear": "linear (slope ~1): grows with the population",
     "superlinear": "superlinear: grows faster than the population",
-    "falling": "falling: fixed costs spread over more timers",
+    "falling": "falling: lower at the larger populations (a fixed cost spread, or noise: see the steps)",
+    "fixed + linear": "a fixed cost plus a cost per timer",
 }
 
 
@@ -55,7 +56,7 @@ def _value(key: str, v: Any) -> str:
         return fmt.human_bytes(v)
     if key.endswith("_ms") or key.endswith("ms_per_call") or key.endswith("ms_per_fire"):
         return f"{v:,.3g} ms" if v < 100 else f"{v:,.0f} ms"
-    return f"{v:,.3g}"
+    return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
 
 
 def _count(n: float) -> str:
@@ -136,7 +137,8 @@ def design_blocks(name: str, d: dict[str, Any], data: dict[str, Any]) -> list[Bl
             [
                 label,
                 f"{fit['slope']:+.2f}" + ("" if se is None else f" ± {se:.2f}"),
-                READINGS.get(fit["reading"], fit["reading"]),
+                READINGS.get(fit["reading"], fit["reading"])
+                + (f" ({fmt.human_bytes(fit['per_added'])} per added timer)" if fit.get("per_added") else ""),
                 fmt.MISSING if pred is None else _value(key, pred),
                 str(fit.get("points")),
             ]
@@ -263,8 +265,14 @@ def scale_figure(name: str, d: dict[str, Any], axis: str) -> bytes | None:
     x1 = max(xs_all)
     ax.plot([x0, x1], [1, 1], ":", color="#555", linewidth=1, label="slope 0 (flat)")
     ax.plot([x0, x1], [1, x1 / x0], "--", color="#555", linewidth=1, label="slope 1 (linear)")
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(xs_all)
+    ax.set_xticklabels([_count(x) if axis == "population" else f"{x:g}/s" for x in xs_all], fontsize=8)
+    ax.minorticks_off()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.set_xlabel("armed timers (log)" if axis == "population" else "fire rate (fires/s, log)")
     ax.set_ylabel("relative to the first step (log)")
     ax.set_title(name, fontsize=10)

@@ -68,6 +68,14 @@ def test_a_population_below_what_the_rate_needs_is_refused():
         scale_rule.auto_share(100, 556.0, math.log(2) / 15)
 
 
+def test_a_population_just_short_of_the_rate_runs_at_its_own_rate():
+    plan = _plan([12_000], rate=556.0)
+    plan.workload = "production-compressed"  # 556/s needs 12,032 timers at 15-30 s
+    w = from_mapping(step_workload(plan, 12_000, 556.0)).resolved()
+    assert w.long_horizon_share == 0.0 and w.triggers == 12_000
+    assert w.rate_per_s == pytest.approx(12_000 * w.fires_per_trigger_s()) and w.rate_per_s > 0.95 * 556
+
+
 N = np.array([1e4, 1e5, 1e6, 1e7])
 
 
@@ -88,6 +96,12 @@ def test_a_linear_cost_reads_linear_and_extrapolates():
     assert fit["reading"] == "linear" and fit["slope"] == pytest.approx(1.0, abs=0.01)
     assert fit["predicted"] == pytest.approx(3e8, rel=0.05)
     assert fit["stderr"] is not None and fit["stderr"] < 0.05
+
+
+def test_a_total_with_a_fixed_cost_reads_fixed_plus_linear_and_predicts_from_the_cost_per_timer():
+    fit = scale_rule.fit_loglog(N[:3], 1e8 + 1000.0 * N[:3], 1e8, total=True)
+    assert fit["slope"] < scale_rule.LINEAR_FROM and fit["reading"] == "fixed + linear"
+    assert fit["per_added"] == pytest.approx(1000.0) and fit["predicted"] == pytest.approx(1e8 + 1e11)
 
 
 def test_two_points_give_a_slope_without_an_error_and_one_gives_none():
@@ -201,7 +215,7 @@ SCALE = ["scale", "--duration", "4s"]
         ([*SCALE, "--scheduler", "nosuch", "--population", "12k"], "nosuch"),
         ([*SCALE, "--scheduler", "memory", "--rate", "0/s"], "--rate"),
         ([*SCALE, "--scheduler", "memory", "--rate", "-5/s"], "--rate"),
-        ([*SCALE, "--scheduler", "memory", "--population", "1k"], "needs 12,032 periodic timers"),
+        ([*SCALE, "--scheduler", "memory", "--population", "11k"], "needs 12,032 periodic timers"),
         ([*SCALE, "--scheduler", "memory", "--rates", "5/s,10/s"], "a single --population"),
         ([*SCALE, "--scheduler", "memory", "--long-horizon-share", "1.5"], "--long-horizon-share"),
         ([*SCALE, "--scheduler", "memory", "--interval", "2s..4s"], "--interval would change it"),
