@@ -235,7 +235,7 @@ def step_figures(run_dir: Path, scheduler: str) -> dict[str, Any]:
         "moved_lag_p99_ms": ((s.get("moves") or {}).get("lag_ms") or {}).get("p99"),
         "pg_cpu_ms_per_fire": None,
         "storage_bytes": None,
-        "rss_bytes": (s.get("run_process") or {}).get("rss_peak_bytes"),
+        "rss_bytes": (s.get("harness") or {}).get("rss_peak_bytes"),
     }
     cpu = ((s.get("servers") or {}).get("postgres") or {}).get("per_fire", {}).get("cpu_s")
     if cpu is not None:

@@ -888,13 +888,14 @@ class RunSession:
 
     async def _scale_figures(self, scheduler, summary: dict[str, Any]) -> None:
         """What ``bench scale`` reads beside the usual figures: the arming (unless the design
-        recorded its own), the run process's peak RSS, the moved long-horizon timers, and a
+        recorded its own), the run process's peak RSS (``harness``), the moved long-horizon timers, and a
         design's own report of its shards when it has one (temporal_shards' ``shard_report``)."""
         import resource
 
         if self.arming is not None:
             summary.setdefault("arming", self.arming)
-        summary["run_process"] = {"rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if isinstance(summary.get("harness"), dict):  # the run process: its peak RSS beside its CPU
+            summary["harness"]["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         try:
             moved = self._write_moves()
         except Exception as exc:
