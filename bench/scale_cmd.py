@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.options import stack_options
+from bench.options import out_dir_option, stack_options
 from harness.scale import DEFAULT_WORKLOAD, LONG_HORIZON_STATE_BYTES, MOVE_SHARE, PROJECT_POPULATION
 
 # bench run options that change how many timers a rate needs: the step's workload file sets them
@@ -79,14 +79,7 @@ SHAPING_OPTIONS = ("--interval", "--rate", "--triggers", "--trace", "--workload"
     show_default=True,
     help="Skip a step expected to take longer than this to arm (at the previous step's arming rate).",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Parent of the scale directory scale-<timestamp>-<scheduler>/.",
-)
+@out_dir_option("Parent of the scale directory scale-<timestamp>-<scheduler>/.")
 @stack_options
 @click.pass_context
 def scale(

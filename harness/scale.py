@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from harness import scale_rule
-from harness.child import bench_run
+from harness.child import bench_run, failed_run
 from harness.stack import redact_argv
 from metrics import accounting, rundir
 
@@ -369,7 +369,7 @@ def fits_of(steps: list[dict[str, Any]], axis: str, project: float | None) -> di
 
 
 def run_scale(plan: ScalePlan, echo: Callable[[str], None]) -> ScaleResult:
-    from reports.report import FailedRun, write_report
+    from reports.report import FailedRun
 
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started))
@@ -466,15 +466,7 @@ def run_scale(plan: ScalePlan, echo: Callable[[str], None]) -> ScaleResult:
                 run_dirs.append(str(child.run_dir))
                 step["run_dir"] = str(child.run_dir)
             if child.exit_code not in (0, accounting.EXIT_INCORRECT):
-                failures.append(
-                    FailedRun(
-                        scheduler,
-                        child.command,
-                        child.exit_code,
-                        "\n".join(child.tail),
-                        str(child.run_dir) if child.run_dir else None,
-                    )
-                )
+                failures.append(failed_run(scheduler, child))
             if child.interrupted:
                 interrupted = True
                 step.update(status="interrupted", why="interrupted (SIGINT)")
@@ -494,14 +486,9 @@ def run_scale(plan: ScalePlan, echo: Callable[[str], None]) -> ScaleResult:
             rundir.write_json(path, data)
         if interrupted:
             break
-    data["finished_at"] = time.time()
-    data["complete"] = not interrupted
-    html, md = out / "report.html", out / "report.md"
-    data["report"] = {"html": str(html), "markdown": str(md)}
-    rundir.write_json(path, data)
-    if run_dirs:
-        write_report(run_dirs, html, md, failures=failures)
-    return ScaleResult(data, path, html if run_dirs else None, interrupted)
+    from harness.capacity import finish
+
+    return ScaleResult(data, path, finish(data, path, run_dirs, failures, interrupted), interrupted)
 
 
 def _workload_warmup(spec: str) -> float:
