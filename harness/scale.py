@@ -358,7 +358,7 @@ def fits_of(steps: list[dict[str, Any]], axis: str, project: float | None) -> di
             [p[0] for p in pts],
             [p[1] for p in pts],
             project if axis == "population" else None,
-            total=key in TOTALS,
+            total=key in TOTALS and axis == "population",
         )
         if fit is not None:
             out[key] = fit

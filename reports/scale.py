@@ -33,12 +33,12 @@ SERIES: list[tuple[str, str]] = [
     ("arm_us_per_timer", "arming µs per timer"),
 ]
 READINGS = {
-    "flat": "flat (slope ~0): the population does not change it",
-    "logarithmic": "logarithmic: grows with log N (an index's depth), slowly",
-    "sublinear": "sublinear: grows, slower than the population",
-    "linear": "linear (slope ~1): grows with the population",
-    "superlinear": "superlinear: grows faster than the population",
-    "falling": "falling: lower at the larger populations (a fixed cost spread, or noise: see the steps)",
+    "flat": "flat (slope ~0): the {axis} does not change it",
+    "logarithmic": "logarithmic: grows with log {axis} (an index's depth), slowly",
+    "sublinear": "sublinear: grows, slower than the {axis}",
+    "linear": "linear (slope ~1): grows with the {axis}",
+    "superlinear": "superlinear: grows faster than the {axis}",
+    "falling": "falling: lower at the larger {axis} (a fixed cost spread, or noise: see the steps)",
     "fixed + linear": "a fixed cost plus a cost per timer",
 }
 
@@ -137,7 +137,7 @@ def design_blocks(name: str, d: dict[str, Any], data: dict[str, Any]) -> list[Bl
             [
                 label,
                 f"{fit['slope']:+.2f}" + ("" if se is None else f" ± {se:.2f}"),
-                READINGS.get(fit["reading"], fit["reading"])
+                READINGS.get(fit["reading"], fit["reading"]).format(axis=axis)
                 + (f" ({fmt.human_bytes(fit['per_added'])} per added timer)" if fit.get("per_added") else ""),
                 fmt.MISSING if pred is None else _value(key, pred),
                 str(fit.get("points")),

@@ -232,3 +232,30 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, names, tmp_path,
     assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], err
     assert "Traceback" not in out + err
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_a_limit_is_a_finding_at_its_step_in_the_report():
+    from harness.scale import fits_of, limit_of
+    from reports.decide import blocks_markdown
+    from reports.scale import blocks
+
+    payload = {"temporal": {"max_payload_bytes": 2_200_000.0, "payload_limit_bytes": 2_097_152.0}}
+    payload["temporal"]["payload_share_of_limit"] = 2_200_000.0 / 2_097_152.0
+    why = limit_of(payload, 0, [])
+    assert "Continue-As-New payload" in why and "2,097,152 B limit" in why
+    assert "exit 1" in limit_of({}, 1, ["", "crashed: OSError: disk full", ""]) and limit_of({}, 0, []) is None
+    steps = [
+        {"population": p, "rate": 556.0, "status": "ok", "run_dir": f"r{p}", "long_horizon_share": 0.5,
+         "figures": {"claim_ms_per_call": 1.0 + 1e-3 * i, "storage_bytes": 1e8 + 1e3 * p}}
+        for i, p in enumerate((10_000, 100_000, 1_000_000))
+    ]  # fmt: skip
+    steps.append({"population": 10_000_000, "rate": 556.0, "status": "skipped", "why": "needs 20 GiB: skipped"})
+    d = {"steps": steps, "fits": fits_of(steps, "population", 1e8), "limit": {"at": "10,000,000 timers at 556/s",
+         "why": "needs 20 GiB: skipped"}}  # fmt: skip
+    assert d["fits"]["claim_ms_per_call"]["reading"] == "flat" and d["fits"]["storage_bytes"]["points"] == 3
+    md = blocks_markdown(blocks(Path("scale.json"), {"axis": "population", "project_population": 1e8,
+                                                     "populations": [1], "rates": [556.0],
+                                                     "designs": {"pg_leased": d}}))  # fmt: skip
+    assert "limit at 10,000,000 timers at 556/s: needs 20 GiB: skipped" in md
+    assert "10,000,000 timers at 556/s: skipped: needs 20 GiB" in md
+    assert "flat (slope ~0): the population does not change it" in md and "1000 B per added timer" in md
