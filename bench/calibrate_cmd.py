@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bench.options import overrides, workload_args, workload_options
+from bench.options import out_dir_option, overrides, workload_args, workload_options
 
 CALIBRATION_WORKLOAD = (
     "workload",
@@ -35,14 +35,7 @@ CALIBRATION_WORKLOAD = (
     help="Run the memory scheduler at this multiple of the workload's rate.",
 )
 @click.option("--duration", default="30s", show_default=True, help="Measured window of the calibration run.")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Where the calibration's run directory is written (beside the runs it is for).",
-)
+@out_dir_option("Where the calibration's run directory is written (beside the runs it is for).")
 def calibrate(workload_spec: str | None, factor: float, duration: str, out_dir: Path, **workload) -> None:
     """Measure the harness's own ceiling on a workload: the memory scheduler (no store) at FACTOR
     times the workload's rate, same shape, a short window.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.options import stack_options
+from bench.options import out_dir_option, stack_options
 from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, default_warmup_s
 
 
@@ -57,14 +57,7 @@ from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, default_warmu
     help=f"Workload preset or YAML file (default: the {DEFAULT_WORKLOAD} preset with "
     f"{' '.join(DEFAULT_WORKLOAD_ARGS)}).",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Parent of the search directory capacity-<timestamp>-<scheduler>/.",
-)
+@out_dir_option("Parent of the search directory capacity-<timestamp>-<scheduler>/.")
 @click.option("--no-pgbench", is_flag=True, help="Skip the database ceiling (pgbench).")
 @click.option(
     "--calibrate/--no-calibrate",

@@ -29,6 +29,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "compare": "bench.compare_cmd:compare",
     "sweep": "bench.sweep_cmd:sweep",
     "capacity": "bench.capacity_cmd:capacity",
+    "scale": "bench.scale_cmd:scale",
     "calibrate": "bench.calibrate_cmd:calibrate",
     "serve": "bench.serve_cmd:serve",
     "inspect": "bench.inspect_cmd:inspect",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bench.options import stack_options, workload_options
+from bench.options import out_dir_option, stack_options, workload_options
 from harness.errors import UsageError
 
 
@@ -36,14 +36,7 @@ from harness.errors import UsageError
 )
 @workload_options("workload", "rate", "duration", "warmup")
 @stack_options
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Where the runs' directories are written.",
-)
+@out_dir_option("Where the runs' directories are written.")
 @click.option(
     "-o",
     "--output",

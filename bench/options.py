@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+
+def out_dir_option(help: str):
+    """``--out DIR`` (``out_dir``, default ``runs``): where a command writes its directories."""
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("runs"),
+        show_default=True,
+        help=help,
+    )
 
 
 def stack_options(f):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from harness.capacity_rule import Search, lag_trend
-from harness.child import bench_run
+from harness.child import bench_run, failed_run
 from harness.stack import redact_argv
 from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, declared_max_lag_s, pgbench_ceiling
 from harness.sweep_rule import RATE_HELD_SHARE, warmup_for
@@ -61,16 +61,27 @@ def step_args(plan: CapacityPlan) -> list[str]:
         if plan.workload is None
         else ["--workload", plan.workload]
     )
-    args = [*workload, "--duration", plan.duration]
-    for flag, value in (("--dsn", plan.dsn), ("--temporal-address", plan.temporal_address)):
+    return [
+        *workload,
+        "--duration",
+        plan.duration,
+        *servers_and_checkpoint(plan.dsn, plan.temporal_address, plan.extra_args),
+    ]
+
+
+def servers_and_checkpoint(dsn: str | None, temporal_address: str | None, extra_args: list[str]) -> list[str]:
+    """A step's server options, its CHECKPOINT at the start of the warm-up (unless ``extra_args``
+    say otherwise), then ``extra_args``."""
+    args: list[str] = []
+    for flag, value in (("--dsn", dsn), ("--temporal-address", temporal_address)):
         if value is not None:
             args += [flag, value]
     # A step's own forced CHECKPOINT goes at the start of its warm-up: at high rates, flushing
     # a large dirty cache just before the window stalled the server into it (pg_leased at
     # 8,170/s: 75 s), so the step measured the checkpoint, not the design.
-    if not any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in plan.extra_args):
+    if not any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in extra_args):
         args += ["--checkpoint", "warmup"]
-    return args + list(plan.extra_args)
+    return args + list(extra_args)
 
 
 def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[bool, str | None, dict[str, Any]]:
@@ -158,7 +169,7 @@ def harness_ceiling(child, rate: float) -> dict[str, Any]:
 
 
 def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityResult:
-    from reports.report import FailedRun, write_report
+    from reports.report import FailedRun
 
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started))
@@ -225,15 +236,7 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
         if child.run_dir is not None:
             run_dirs.append(str(child.run_dir))
         if child.exit_code not in (0, accounting.EXIT_INCORRECT):
-            failures.append(
-                FailedRun(
-                    plan.scheduler,
-                    child.command,
-                    child.exit_code,
-                    "\n".join(child.tail),
-                    str(child.run_dir) if child.run_dir else None,
-                )
-            )
+            failures.append(failed_run(plan.scheduler, child))
         if child.interrupted:
             interrupted = True
             break
@@ -251,11 +254,21 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     if search.result and plan.calibration is not None and not interrupted:
         data["harness"] = harness_ceiling(plan.calibration(search.result, out), search.result)
         interrupted = data["harness"].pop("interrupted")
+    html = finish(data, path, run_dirs, failures, interrupted)
+    return CapacityResult(data, path, html, interrupted)
+
+
+def finish(data: dict[str, Any], path: Path, run_dirs: list[str], failures: list, interrupted: bool) -> Path | None:
+    """The last write of a search's (or a scale's) JSON beside its steps, then the report of the
+    steps (None: no step made a run directory)."""
+    from reports.report import write_report
+
     data["finished_at"] = time.time()
     data["complete"] = not interrupted
-    html, md = out / "report.html", out / "report.md"
+    html, md = path.parent / "report.html", path.parent / "report.md"
     data["report"] = {"html": str(html), "markdown": str(md)}
     rundir.write_json(path, data)
-    if run_dirs:
-        write_report(run_dirs, html, md, failures=failures)
-    return CapacityResult(data, path, html if run_dirs else None, interrupted)
+    if not run_dirs:
+        return None
+    write_report(run_dirs, html, md, failures=failures)
+    return html

@@ -67,6 +67,15 @@ def bench_run(scheduler: str, out_dir: Path, args: list[str], echo: Callable[[st
     return ChildRun(shown, code, made, list(tail), interrupted)
 
 
+def failed_run(scheduler: str, child: ChildRun):
+    """The report's record of a child run that did not finish (:class:`reports.report.FailedRun`)."""
+    from reports.report import FailedRun
+
+    return FailedRun(
+        scheduler, child.command, child.exit_code, "\n".join(child.tail), str(child.run_dir) if child.run_dir else None
+    )
+
+
 def run_dirs(out: Path) -> set[Path]:
     return {p for p in out.iterdir() if p.is_dir()} if out.is_dir() else set()
 

@@ -96,6 +96,8 @@ class RunSession:
         self.neighbour = None  # harness.neighbour.Neighbour, with --neighbour
         self.readers = None  # harness.neighbour.Readers, with --readers
         self._neighbour_lease = None  # the neighbour's schema on a Postgres the scheduler does not use
+        self.arming: dict[str, Any] | None = None  # summary.json's "arming": the population's arm, timed
+        self.moves_done: list[tuple] = []  # long-horizon moves made (loadgen.moves), written to moves.parquet
 
     def say(self, message: str) -> None:
         self.console.print(message)
@@ -437,6 +439,8 @@ class RunSession:
                     )
                 )
             )
+        if w.long_horizon_move_share > 0:
+            helpers.append(asyncio.create_task(self._move_long_horizon(scheduler, population, tasks["arm"], stop)))
         helpers += [asyncio.create_task(c) for c in self.background(scheduler, stop)]
         self.say(
             f"run {self.run_dir.name}: {len(population):,} triggers, target {w.rate_per_s:,.1f} fires/s, "
@@ -673,19 +677,94 @@ class RunSession:
             order = only[np.argsort(due[only], kind="stable")]
         ids, tenants = population.ids, population.tenants
         step = max(1, int(self.w.arm_batch))
-        for lo in range(0, len(order), step):
-            idx = order[lo : lo + step]
-            fire_at = np.round(due[idx], 6)
-            timers = [Timer(ids[i], f, "poll", tenants[i]) for i, f in zip(idx.tolist(), fire_at.tolist())]
-            armed_at = time.time()
-            self.processor.note_armed(idx, fire_at, armed_at)
-            await scheduler.arm(timers)
-            await asyncio.sleep(0)  # let the run loop claim between arm batches
+        began = time.time()
+        # Long-horizon timers (last in due order) are callbacks with a small state: a design makes a
+        # timer's state at its first arm from its context, so the context says the smaller size while
+        # they are armed (only a design that keeps its context as ``ctx`` can be told).
+        lh_state = self.w.long_horizon_state_bytes
+        small = lh_state is not None and population.long_horizon.any() and hasattr(scheduler, "ctx")
+        parts = [order[~population.long_horizon[order]], order[population.long_horizon[order]]] if small else [order]
+        ctx = getattr(scheduler, "ctx", None)
+        for k, part in enumerate(parts):
+            if k == 1:
+                scheduler.ctx = dataclasses.replace(ctx, state_bytes=int(lh_state))
+                self.load["long_horizon_state_bytes"] = int(lh_state)
+            for lo in range(0, len(part), step):
+                idx = part[lo : lo + step]
+                fire_at = np.round(due[idx], 6)
+                timers = [Timer(ids[i], f, "poll", tenants[i]) for i, f in zip(idx.tolist(), fire_at.tolist())]
+                armed_at = time.time()
+                self.processor.note_armed(idx, fire_at, armed_at)
+                await scheduler.arm(timers)
+                await asyncio.sleep(0)  # let the run loop claim between arm batches
+        if small:
+            scheduler.ctx = ctx
+        seconds = max(1e-9, time.time() - began)
+        self.arming = {"timers": int(len(order)), "seconds": seconds, "timers_per_s": len(order) / seconds}
+        self.window["arming_end"] = time.time()
         # The population and the store's entries live for the whole run: move them out of the
         # collector's sight, or each full collection walks them all (100+ ms pauses at 300k
         # timers, which would show up as lag).
         gc.collect()
         gc.freeze()
+
+    async def _move_long_horizon(self, scheduler, population, arm_task: asyncio.Task, stop: asyncio.Event) -> None:
+        """The application moves armed long-horizon timers during the window (:mod:`loadgen.moves`),
+        once the population is armed (a move before its timer's first arm would be undone by it)."""
+        from loadgen.moves import plan_moves, unique_batches
+        from schedulers.base import Timer
+
+        w = self.w
+        plan = plan_moves(
+            population,
+            w.long_horizon_move_share,
+            self.window["measure_start"],
+            self.window["measure_end"],
+            w.seed,
+            (w.long_horizon_min_days, w.long_horizon_max_days),
+        )
+        await asyncio.wait({arm_task, asyncio.ensure_future(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set() or arm_task.cancelled() or arm_task.exception() is not None:
+            return
+        ids, tenants = population.ids, population.tenants
+        i, n = 0, len(plan)
+        while i < n and not stop.is_set():
+            delay = float(plan.at[i]) - time.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                    return
+                except TimeoutError:
+                    pass
+            j = max(i + 1, int(np.searchsorted(plan.at, time.time(), side="right")))
+            for sl in unique_batches(plan.idx[i:j], max(1, int(w.arm_batch))):
+                idx, due, kind = plan.idx[i:j][sl], plan.new_due[i:j][sl], plan.kind[i:j][sl]
+                old = self.processor.armed_due[idx].copy()
+                armed_at = time.time()
+                self.processor.note_armed(idx, due, armed_at)
+                await scheduler.arm([Timer(ids[k], f, "poll", tenants[k]) for k, f in zip(idx.tolist(), due.tolist())])
+                self.moves_done.append(([ids[k] for k in idx.tolist()], kind, armed_at, old, due))
+            i = j
+
+    def _write_moves(self) -> dict[str, Any] | None:
+        """``moves.parquet`` and the moved timers' figures (None: nothing was moved)."""
+        if not self.moves_done:
+            return None
+        import pandas as pd
+
+        from metrics.moves import move_figures
+
+        moves = pd.DataFrame(
+            {
+                "timer_id": [t for ids, *_ in self.moves_done for t in ids],
+                "kind": np.concatenate([m[1] for m in self.moves_done]).astype(str),
+                "moved_at": np.concatenate([np.full(len(m[0]), m[2]) for m in self.moves_done]),
+                "old_due": np.concatenate([m[3] for m in self.moves_done]),
+                "new_due": np.concatenate([m[4] for m in self.moves_done]),
+            }
+        )
+        moves.to_parquet(self.run_dir / rundir.MOVES, index=False)
+        return move_figures(rundir.read_fires(self.run_dir).to_pandas(), moves)
 
     async def _flush(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -779,6 +858,7 @@ class RunSession:
             summary["faults"] = fault_summary(self.run_dir)
         if self.sampler is not None:
             summary["warnings"].extend(self._recording_warnings())
+        await self._scale_figures(scheduler, summary)
         rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
         self.summary = summary
         if scheduler is not None and self.sampler is not None:
@@ -805,6 +885,36 @@ class RunSession:
                 self.say(f"warning: the neighbour's teardown failed: {type(exc).__name__}: {exc}")
         await self._let_go()
         self.print_summary(summary)
+
+    async def _scale_figures(self, scheduler, summary: dict[str, Any]) -> None:
+        """What ``bench scale`` reads beside the usual figures: the arming (unless the design
+        recorded its own), the run process's peak RSS (``harness``), the moved long-horizon timers, and a
+        design's own report of its shards when it has one (temporal_shards' ``shard_report``)."""
+        import resource
+
+        if self.arming is not None:
+            summary.setdefault("arming", self.arming)
+        if isinstance(summary.get("harness"), dict):  # the run process: its peak RSS beside its CPU
+            summary["harness"]["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        try:
+            moved = self._write_moves()
+        except Exception as exc:
+            moved = None
+            summary["warnings"].append(f"the moved timers could not be read: {type(exc).__name__}: {exc}")
+        if moved is not None:
+            from metrics.moves import failure_line
+
+            summary["moves"] = moved
+            line = failure_line(moved)
+            if line:
+                summary["failures"].append(line)
+                summary["correct"] = False
+        report = getattr(scheduler, "shard_report", None)
+        if report is not None and self.sampler is not None:
+            try:
+                summary["scheduler_report"] = await asyncio.wait_for(report(), 30)
+            except Exception as exc:
+                summary["warnings"].append(f"{self.cls.name}'s shard report failed: {type(exc).__name__}: {exc}")
 
     async def _let_go(self) -> None:
         """The run is over: its schema lease and its directory's lock go."""

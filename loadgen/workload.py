@@ -80,6 +80,11 @@ class Workload:
     long_horizon_share: float = 0.0  # share of triggers whose first fire is far out
     long_horizon_min_days: float = 30.0
     long_horizon_max_days: float = 60.0
+    # poll state of a long-horizon timer, bytes (a callback's payload is small); None: state_bytes
+    long_horizon_state_bytes: int | None = None
+    # share of the long-horizon timers the application moves while they are armed, during the window
+    # (harness.moves: re-armed to a new far time, a few to a near time inside the window)
+    long_horizon_move_share: float = 0.0
     herd_share: float = 0.0  # share of triggers whose first fire is the same instant
     herd_at_s: float = 5.0  # offset of that instant from the start of arming, seconds
     duration_s: float = 600.0  # measured window
@@ -159,7 +164,13 @@ class Workload:
             raise bad("tenant_skew", self.tenant_skew, "must be >= 0 (0 = uniform)")
         if not (0 <= self.state_bytes <= MAX_STATE_BYTES):
             raise bad("state_size", self.state_bytes, f"must be between 0 and {MAX_STATE_BYTES:,} bytes")
-        for name in ("error_rate", "new_event_rate", "long_horizon_share", "herd_share"):
+        if self.long_horizon_state_bytes is not None and not (0 <= self.long_horizon_state_bytes <= MAX_STATE_BYTES):
+            raise bad(
+                "long_horizon_state_size",
+                self.long_horizon_state_bytes,
+                f"must be between 0 and {MAX_STATE_BYTES:,} bytes",
+            )
+        for name in ("error_rate", "new_event_rate", "long_horizon_share", "long_horizon_move_share", "herd_share"):
             v = getattr(self, name)
             if not (0.0 <= v <= 1.0):
                 raise bad(name, v, "must be between 0 and 1")
@@ -253,6 +264,8 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "new_event_rate": ("new_event_rate", _float),
     "poll_concurrency": ("poll_concurrency", _int),
     "long_horizon_share": ("long_horizon_share", _float),
+    "long_horizon_state_size": ("long_horizon_state_bytes", _int),
+    "long_horizon_move_share": ("long_horizon_move_share", _float),
     "herd_share": ("herd_share", _float),
     "herd_at": ("herd_at_s", parse_duration),
     "duration": ("duration_s", parse_duration),

@@ -23,10 +23,15 @@ CAPACITY_JSON = "capacity.json"  # harness.capacity writes it beside its step ru
 
 
 def find_capacity(report: Report) -> list[tuple[Path, dict[str, Any]]]:
+    return find_beside(report, CAPACITY_JSON)
+
+
+def find_beside(report: Report, name: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The JSON file ``name`` beside the report's runs (a search's or a scale's), once each."""
     out: list[tuple[Path, dict[str, Any]]] = []
     seen: set[Path] = set()
     for r in report.runs:
-        path = Path(r.path).parent / CAPACITY_JSON
+        path = Path(r.path).parent / name
         if path.resolve() in seen or not path.exists():
             continue
         seen.add(path.resolve())

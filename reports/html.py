@@ -20,6 +20,7 @@ from reports.load import Run
 from reports.model import Report
 from reports.neighbour import section_neighbour_html
 from reports.plots import scheduler_colour
+from reports.scale import section_scale_html
 from reports.sweep import section_sweep_html
 from reports.tables import (
     ENVIRONMENT_ROWS,
@@ -436,6 +437,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     # a sweep's, a capacity search's or a rehearsal's own verdict, right below the answer
     section_sweep_html,  # reports/sweep.py: only when the runs come from a `bench sweep`
     section_capacity_html,  # reports/capacity.py: only when the runs come from a `bench capacity`
+    section_scale_html,  # reports/scale.py: only when the runs come from a `bench scale`
     section_migration,  # only for a `bench migrate dry-run`
     section_recommendation,  # reports/recommend.py: the reasons behind the answer
     section_gate,  # only with --fail-on

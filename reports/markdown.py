@@ -17,6 +17,7 @@ from reports.decide import blocks_markdown, fairness_blocks, gate_blocks, per_da
 from reports.first_screen import first_screen_blocks, key_figures_block, notes_blocks
 from reports.model import Report
 from reports.neighbour import neighbour_summary_markdown, section_neighbour_markdown
+from reports.scale import section_scale_markdown
 from reports.sweep import section_sweep_markdown
 from reports.tables import (
     ENVIRONMENT_ROWS,
@@ -313,6 +314,7 @@ SECTIONS: list[Callable[[Report], str]] = [
     md_failures,
     section_sweep_markdown,
     section_capacity_markdown,
+    section_scale_markdown,
     md_migration,
     md_decision(recommendation_blocks),
     md_decision(gate_blocks),
@@ -341,6 +343,7 @@ SUMMARY_SECTIONS: list[Callable[[Report], str]] = [
     neighbour_summary_markdown,  # "neighbour p99 xN against the neighbour alone", soak verdicts
     section_sweep_markdown,  # a sweep's, a capacity search's or a rehearsal's verdict, when it is one
     section_capacity_markdown,
+    section_scale_markdown,
     md_migration,
     md_notes,
 ]
