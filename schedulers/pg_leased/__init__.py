@@ -453,6 +453,7 @@ class PgLeasedScheduler:
                     break
                 number = batch_no  # taken before the await: the other claimers share the counter
                 batch_no += 1
+                began = time.time()
                 try:
                     claimed = await self._claim(next(statements), owner, number, room)
                     self.last_tick_at = time.time()
@@ -476,7 +477,9 @@ class PgLeasedScheduler:
                 )
                 loop.start_stream(self._process, processors, claimed, owner, held, per_group, size=len(claimed))
                 if not more:
-                    await self._nap(stop, self.tick_s)
+                    # a tick from the claim's start, not its end: with one loop claiming, its
+                    # claim time and the event loop's delays would add to every row's wait
+                    await self._nap(stop, max(0.0, began + self.tick_s - time.time()))
 
         # Cancelling is a crash (RunLoop): in-flight batches die uncommitted, heartbeats stop,
         # and their leases are left to lapse. Room is counted in rows: a batch commits its rows
