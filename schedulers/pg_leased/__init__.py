@@ -42,6 +42,18 @@ branch that takes each tenant's earliest due rows directly (a loose index scan o
 capped at ``tenant_scan`` tenants per claim, each tenant's share of the over-select), and ranks
 the union of both.
 
+Wake-ups (the claim loops poll only when work may be there): the fairness branch of ``claim_due``
+runs only when the time-ordered branch came back full and the per-tenant cap leaves it short of a
+batch (otherwise it could add nothing, and a one-time filter skips it). Of the ``claimers`` claim
+loops, ``idle_claimers`` claim while claims come back short of a batch; the rest wait until one
+comes back full. After an empty claim a loop reads the earliest scheduled fire time
+(``next_due``) and sleeps until then, at least a tick and at most ``idle_s``. What cuts a sleep
+short: an ``arm()`` in this instance, a re-arm due before the sleep ends, a sweep that returned
+rows, and a ``NOTIFY`` on the store's channel, which ``arm()`` sends (at its commit) when it arms a
+timer due within ``idle_s``, for the loops of other processes (``listen_notify``: one LISTEN
+connection per run, reopened with backoff when lost; reopening wakes the loops too). A NOTIFY
+that never arrives delays a timer until the planned wake-up, at most ``idle_s``.
+
 Capacity: what a claim reads and locks is bounded by ``limit * overselect + tenant_scan`` rows,
 never by the backlog (the partial index is in the claim's order, so nothing sorts the due
 range). A claim that cost more the further behind it was made pg_leased collapse under
@@ -67,6 +79,7 @@ HOT-friendliness knobs (all options, all recorded in ``self.options``):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
@@ -79,6 +92,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -109,6 +123,7 @@ QUERIES_SQL = HERE / "queries.sql"
 COMMIT_PER_GROUP = ("auto", "always", "never")  # the commit_per_group option's values
 TOAST_TUPLE_TARGET_DEFAULT = 2032  # Postgres' default for 8 kB pages: wider rows go to TOAST
 TOAST_TUPLE_TARGET_MAX = 8160  # the largest Postgres accepts: a 4 kB state stays in the row
+LISTEN_BACKOFF_S = (0.1, 5.0)  # first and longest wait before reopening a lost LISTEN connection
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -159,6 +174,16 @@ class PgLeasedScheduler:
         "sweep_s": 5.0,
         # claim statements one run loop keeps in flight (SKIP LOCKED keeps their rows disjoint)
         "claimers": 3,
+        # claim loops that keep claiming while claims come back short of a batch; the others wait
+        # until a claim comes back full (a backlog needs them). Three loops each polling every
+        # tick were most of the design's Postgres CPU at 556/s (MEASUREMENTS.md)
+        "idle_claimers": 1,
+        # longest sleep after an empty claim: the loop sleeps until the earliest scheduled fire
+        # time (at least a tick, at most this), and an arm due sooner wakes it (listen_notify)
+        "idle_s": 1.0,
+        # LISTEN for arms made by other processes: arm() sends a NOTIFY when it arms a timer due
+        # within idle_s, which a sleeping loop elsewhere could otherwise miss for up to idle_s
+        "listen_notify": True,
         # room of one run loop, in batches: inflight_batches x batch rows in flight; rows give
         # theirs back as their polls finish and commit
         "inflight_batches": 16,
@@ -200,6 +225,8 @@ class PgLeasedScheduler:
         "tenant_scan": Range(lo=1),
         "overselect": Range(lo=1),
         "heartbeat_fraction": Range(0, 1, open=True),
+        "idle_claimers": Range(lo=1),
+        "idle_s": Range(lo=0),
     }
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
@@ -217,6 +244,9 @@ class PgLeasedScheduler:
         self.sweep_s = o["sweep_s"]
         self.inflight_batches = o["inflight_batches"]
         self.claimers = max(1, o["claimers"])
+        self.idle_claimers = min(self.claimers, o["idle_claimers"])
+        self.idle_s = max(self.tick_s, o["idle_s"])
+        self.listen_notify = bool(o["listen_notify"])
         self.split_state = o["split_state"]
         self.skip_unchanged_state = o["skip_unchanged_state"]
         self.commit_per_group = str(o["commit_per_group"]).lower()
@@ -226,9 +256,11 @@ class PgLeasedScheduler:
                 f"got {o['commit_per_group']!r}"
             )
         self.capabilities = Capabilities(
-            # A due row waits at most one tick for the next claim; the rest is claim, state
-            # fetch and queueing behind in-flight batches in normal (not overloaded) operation.
-            max_lag_s=self.tick_s + 1.0,
+            # A due row waits at most one tick for the next claim (a sleeping loop is woken by
+            # the arm, or by its NOTIFY; without LISTEN, an arm from elsewhere waits up to idle_s);
+            # the rest is claim, state fetch and queueing behind in-flight batches in normal
+            # (not overloaded) operation.
+            max_lag_s=(self.tick_s if self.listen_notify else self.idle_s) + 1.0,
             # Fairness is a promise about what one claim takes: with several claim statements in
             # flight (claimers, default 3) a claim that skips the rows another one locked may hand
             # over only the big tenant's rows, and finish first. So it is declared for one claimer.
@@ -240,7 +272,10 @@ class PgLeasedScheduler:
         )
         self.q = Queries(QUERIES_SQL, ctx.schema, schedule="schedule")
         self._pool: AsyncConnectionPool | None = None
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # an arm, a re-arm due soon, a NOTIFY or a sweep: claim now
+        self._busy = asyncio.Event()  # the last claim came back full: every claim loop claims
+        self.asleep_until = 0.0  # epoch s the latest sleep of a claim loop ends (a tick or a planned wake-up)
+        self.channel = notify_channel(ctx.schema)
         self.claim_statements = 0  # claim statements run, empty ones included
         self.claims = 0  # claim statements that returned rows
         self.claimed_timers = 0  # schedulers.base: rows claimed, re-claims after a lapsed lease included
@@ -249,6 +284,10 @@ class PgLeasedScheduler:
         self.recovered = 0  # rows the sweeper returned from a silent owner
         self.state_writes = 0
         self.heartbeats = 0
+        self.idle_sleeps = 0  # sleeps after an empty claim, until the earliest fire time
+        self.notifies = 0  # NOTIFYs heard from arms (this process's included)
+        self.listens = 0  # LISTEN connections opened
+        self.listen_drops = 0  # LISTEN connections lost (then reopened, with backoff)
         self.last_tick_at = 0.0  # epoch s of the latest claim-loop iteration (health checks)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -343,7 +382,17 @@ class PgLeasedScheduler:
                 )
                 if self.split_state:
                     await conn.execute(self.q["arm_states"], {"ids": ids, "poll_states": states}, binary=True)
+                if self._due_soon(ts):  # sent at commit, so a woken loop finds the rows
+                    await conn.execute(self.q["notify_due"], {"channel": self.channel})
         self._wake.set()
+
+    def _due_soon(self, timers: Sequence[Timer]) -> bool:
+        """Whether one of ``timers`` is due within idle_s: a claim loop of another process may be
+        asleep past its fire time, so the arm tells it (NOTIFY)."""
+        if not self.listen_notify:
+            return False
+        soon = time.time() + self.idle_s
+        return any(t.fire_at is None or t.fire_at < soon for t in timers)
 
     async def export_armed(self) -> list[Timer]:
         pool = await self._pool_()
@@ -372,6 +421,10 @@ class PgLeasedScheduler:
             "recovered_leases": float(self.recovered),
             "state_writes": float(self.state_writes),
             "heartbeats": float(self.heartbeats),
+            "idle_sleeps": float(self.idle_sleeps),
+            "notifies": float(self.notifies),
+            "listens": float(self.listens),
+            "listen_drops": float(self.listen_drops),
         }
 
     # -- the run loop -----------------------------------------------------------------------
@@ -383,10 +436,16 @@ class PgLeasedScheduler:
 
         statements = itertools.cycle(self._claim_statements())  # the claim loops take them in turn
 
-        async def claim_loop(loop: RunLoop) -> None:
+        async def claim_loop(loop: RunLoop, index: int) -> None:
             nonlocal batch_no
             while not stop.is_set():
+                if index >= self.idle_claimers and not self._busy.is_set():
+                    await _either(self._busy, stop)  # joins while claims come back full
+                    continue
                 self.last_tick_at = time.time()
+                # Cleared before the claim, not before the sleep: an arm or a NOTIFY that lands
+                # while the claim runs still cuts the sleep after it short.
+                self._wake.clear()
                 # claim only what this loop can start processing now: up to a batch, once at
                 # least half a batch of room is free (smaller claims cost more per row)
                 room = await loop.take_slot(stop, self.batch, least=(self.batch + 1) // 2)
@@ -394,25 +453,33 @@ class PgLeasedScheduler:
                     break
                 number = batch_no  # taken before the await: the other claimers share the counter
                 batch_no += 1
+                began = time.time()
                 try:
                     claimed = await self._claim(next(statements), owner, number, room)
                     self.last_tick_at = time.time()
                 except Exception:
                     loop.give_back(room)
                     log.exception("%s %s: claim failed; retrying after a tick", self.name, owner)
-                    await self._nap(stop)
+                    await self._nap(stop, self.tick_s)
                     continue
                 loop.give_back(room - len(claimed))
+                more = self._maybe_more(claimed, room)
+                if more:
+                    self._busy.set()
+                else:
+                    self._busy.clear()
                 if not claimed:
-                    await self._nap(stop)
+                    await self._sleep_until_due(stop)
                     continue
                 held.update(c.fire.timer_id for c in claimed)  # Counter: +1 each
                 per_group = self.commit_per_group == "always" or (
                     self.commit_per_group == "auto" and loop.room.free < loop.room.size // 2
                 )
                 loop.start_stream(self._process, processors, claimed, owner, held, per_group, size=len(claimed))
-                if not self._maybe_more(claimed, room):
-                    await self._nap(stop)
+                if not more:
+                    # a tick from the claim's start, not its end: with one loop claiming, its
+                    # claim time and the event loop's delays would add to every row's wait
+                    await self._nap(stop, max(0.0, began + self.tick_s - time.time()))
 
         # Cancelling is a crash (RunLoop): in-flight batches die uncommitted, heartbeats stop,
         # and their leases are left to lapse. Room is counted in rows: a batch commits its rows
@@ -421,9 +488,12 @@ class PgLeasedScheduler:
         async with RunLoop(fires_in_flight=self.inflight_batches * self.batch) as loop:
             loop.keep(self._heartbeat_loop(owner, held))
             loop.keep(self._sweep_loop())
+            if self.listen_notify:
+                loop.keep(self._listen_loop())
             # Several claim statements in flight (SKIP LOCKED keeps them disjoint): one at a time
             # caps a loop at claims/s x batch, and under a backlog a claim takes tens of ms.
-            await asyncio.gather(*(claim_loop(loop) for _ in range(self.claimers)))
+            # Only idle_claimers of them claim while the claims come back short of a batch.
+            await asyncio.gather(*(claim_loop(loop, i) for i in range(self.claimers)))
 
     def _claim_statements(self) -> list[sql.Composed]:
         """The claim statements the claim loops take in turn: ``claim_due`` on the one schedule
@@ -442,10 +512,29 @@ class PgLeasedScheduler:
             per_tenant[c.fire.tenant_id] = n
         return False
 
-    async def _nap(self, stop: asyncio.Event) -> None:
-        """Sleep one tick, or less when this instance arms something or stop is set."""
-        self._wake.clear()
-        await nap(self.tick_s, self._wake, stop)
+    async def _nap(self, stop: asyncio.Event, seconds: float) -> None:
+        """Sleep ``seconds``, or less when this instance arms something, a NOTIFY or a sweep
+        wakes it, or stop is set (the claim loop cleared the wake-up before its claim)."""
+        self.asleep_until = time.time() + seconds
+        await nap(seconds, self._wake, stop)
+
+    async def _sleep_until_due(self, stop: asyncio.Event) -> None:
+        """After an empty claim: sleep until the earliest scheduled fire time, at least a tick
+        and at most idle_s (the planned wake-up; an arm due sooner cuts it short)."""
+        seconds = self.tick_s
+        if self.idle_s > self.tick_s:
+            try:
+                pool = await self._pool_()
+                async with pool.connection() as conn:
+                    (due,) = await (await conn.execute(self.q["next_due"])).fetchone()
+            except Exception:
+                log.exception("%s: reading the next fire time failed; sleeping a tick", self.name)
+            else:
+                # None: nothing scheduled; -inf: a NULL fire time, due now
+                wait = self.idle_s if due is None else float(due) - time.time()
+                seconds = min(self.idle_s, max(self.tick_s, wait))
+                self.idle_sleeps += 1
+        await self._nap(stop, seconds)
 
     async def _claim(self, statement: sql.Composed, owner: str, batch_no: int, limit: int) -> list[_Claimed]:
         """Run one claim statement (``claim_due`` rendered for the table it claims from) for at
@@ -564,11 +653,12 @@ class PgLeasedScheduler:
         self.fires += rearmed
         self.lost += len(items) - rearmed
         self.state_writes += states_written
-        soon = time.time() + self.tick_s
+        soon = max(time.time() + self.tick_s, self.asleep_until)
         if rearmed and any(o.next_fire_at is not None and o.next_fire_at < soon for o in outcomes):
-            # A re-arm is due before the claim loops' next tick. Only then: with commits per
-            # group, waking on every commit made the claim loops claim a few rows each time
-            # (measured at 556/s: 3.4 rows per claim, 167 claims/s, a core of Postgres).
+            # A re-arm is due before the claim loops' next claim (a tick, or a longer sleep after
+            # an empty claim). Only then: with commits per group, waking on every commit made the
+            # claim loops claim a few rows each time (measured at 556/s: 3.4 rows per claim, 167
+            # claims/s, a core of Postgres).
             self._wake.set()
         return {c.fire.timer_id: c.fire.timer_id in fresh for c in items}
 
@@ -598,8 +688,55 @@ class PgLeasedScheduler:
                 pool = await self._pool_()
                 async with pool.connection() as conn:
                     cur = await conn.execute(self.q["sweep_expired_leases"])
-                    self.recovered += len(await cur.fetchall())
+                    swept = len(await cur.fetchall())
+                self.recovered += swept
+                if swept:
+                    self._wake.set()  # they are due now: a sleeping claim loop should not wait
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("%s: sweep failed; retrying", self.name)
+
+    async def _listen_loop(self) -> None:
+        """Wake the claim loops on every NOTIFY of this schema's channel (an arm of a timer due
+        soon, from any process). A lost connection is reopened with backoff; meanwhile the
+        planned wake-ups (idle_s) still find every row, only later."""
+        backoff = LISTEN_BACKOFF_S[0]
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.ctx.dsn, autocommit=True, application_name=f"{self.name}-listen"
+                )
+                async with conn:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self.listens += 1
+                    backoff = LISTEN_BACKOFF_S[0]
+                    self._wake.set()  # an arm made while nobody listened: the next claim finds it
+                    async for _ in conn.notifies():
+                        self.notifies += 1
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.listen_drops += 1
+                log.warning("%s: LISTEN connection lost (%s); reopening in %.1fs", self.name, exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(LISTEN_BACKOFF_S[1], backoff * 2)
+
+
+async def _either(*events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def notify_channel(schema: str) -> str:
+    """The NOTIFY channel of one schema's store: readable when it fits Postgres' 63-byte names."""
+    name = f"{schema}.due"
+    if len(name.encode()) <= 63:
+        return name
+    return "timerbench_due_" + hashlib.sha1(schema.encode()).hexdigest()[:24]

@@ -75,6 +75,7 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
             ORDER BY s.tenant_id, s.due_key
             LIMIT (SELECT per_tenant FROM share)
               FOR UPDATE OF s SKIP LOCKED) h
+     WHERE (SELECT yes FROM crowded)  -- defined below (WITH RECURSIVE allows it)
 -- locked: the article's query, due rows in claim order; the multiply saturates at int4 max. A
 -- lock re-checks the newest version: a row fired and re-armed since the snapshot is skipped.
 ), locked AS (
@@ -85,6 +86,17 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
      ORDER BY s.priority DESC, s.due_key ASC
      LIMIT least(%(limit)s::bigint * %(overselect)s::bigint, 2147483647)
        FOR UPDATE SKIP LOCKED
+-- crowded: the time-ordered branch came back full, and its rows after the per-tenant cap no
+-- longer fill the batch (a tenant has more in it than it may take): only then can the other
+-- tenants' earliest rows add anything, since every row heads could add sorts after all of
+-- locked's. Otherwise heads is not run at all: its condition is a one-time filter, so neither
+-- the tenant scan nor its two probes per tenant execute (they were most of a claim's cost at
+-- the production shape: MEASUREMENTS.md, "Waking when work is due").
+), crowded AS (
+    SELECT (SELECT count(*) FROM locked) >= least(%(limit)s::bigint * %(overselect)s::bigint, 2147483647)
+           AND (SELECT coalesce(sum(least(n, %(max_per_tenant)s::bigint)), 0)
+                  FROM (SELECT count(*) AS n FROM locked l GROUP BY l.tenant_id) per_tenant) < %(limit)s::bigint
+           AS yes
 ), candidates AS (
     SELECT * FROM locked
     UNION
@@ -111,6 +123,36 @@ UPDATE {schedule} s
 RETURNING s.id, s.tenant_id, s.type, s.priority,
           coalesce(s.next_fire_at, s.armed_at) AS due_at,  -- NULL fire time: due when armed
           s.armed_at, s.version, s.attempt;
+
+-- name: next_due
+-- After an empty claim: the earliest fire time of any scheduled row, so the claim loop can sleep
+-- until then (capped at idle_s) instead of polling every tick. The due index leads with
+-- priority, so min(due_key) alone would read the whole index: a loose scan over the priorities
+-- instead, one probe for the next priority and one for its earliest row each (one priority in
+-- the usual case: two probes). -infinity (a NULL fire time) is due now.
+WITH RECURSIVE priorities(p) AS (
+    (SELECT s.priority FROM {schedule} s WHERE s.state = 'scheduled' ORDER BY s.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.priority
+              FROM {schedule} s
+             WHERE s.state = 'scheduled' AND s.priority < q.p
+             ORDER BY s.priority DESC
+             LIMIT 1)
+      FROM priorities q
+     WHERE q.p IS NOT NULL
+)
+SELECT extract(epoch FROM min((SELECT s.due_key
+              FROM {schedule} s
+             WHERE s.state = 'scheduled' AND s.priority = q.p
+             ORDER BY s.priority DESC, s.due_key
+             LIMIT 1)))::float8
+  FROM priorities q
+ WHERE q.p IS NOT NULL;
+
+-- name: notify_due
+-- arm() of a timer due within idle_s: wakes the claim loops of every process listening on this
+-- store's channel (delivered at the arm's commit). The payload is empty: a woken loop claims.
+SELECT pg_notify(%(channel)s, '');
 
 -- name: fetch_states
 -- Batched lookup (batch-200: one query per claim, not one round trip per row), split_state on.

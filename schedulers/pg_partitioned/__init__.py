@@ -75,6 +75,9 @@ class PgPartitionedScheduler(PgLeasedScheduler):
         # article's timer shards (shard-cap-5000). The claims reach each partition 1/N as often as pg_leased
         # reaches its table, so lag grows with it (MEASUREMENTS.md).
         "partitions": 8,
+        # every claim loop claims, full claims or not: a claim reaches one partition, so one loop
+        # alone would visit each partition a third as often and triple the lag bound above
+        "idle_claimers": PgLeasedScheduler.default_options["claimers"],
     }
     option_ranges: dict[str, Range] = {**PgLeasedScheduler.option_ranges, "partitions": Range(lo=1)}
 
