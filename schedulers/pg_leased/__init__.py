@@ -34,6 +34,15 @@ Re-arm versus move: ``arm()`` of an id that is in flight bumps its ``version``; 
 batch's commit only re-arms rows whose ``(owner_id, version, attempt)`` still match its claim, so
 the move wins. The same check drops a commit for a row swept away from an owner that looked dead.
 
+Arming in bulk: an ``arm()`` of fewer than ``bulk_arm_min`` timers is one upsert of unnested
+arrays (``arm``), one transaction. A larger one (populations of millions: bench scale, scripts)
+copies the rows in binary into a temporary staging table and upserts from it with one statement
+(``arm_bulk_*``, the same move semantics), split into contiguous id ranges (of up to
+``schedulers.pg.BULK_RANGE_ROWS``) armed ``arm_connections`` at a time on connections of their
+own, **each range its own transaction**: such an ``arm()`` is not atomic, a failure may leave
+some ranges armed (arming is idempotent, so the caller retries the call). Every range takes its
+row locks in id order, as ``commit_batch`` does.
+
 Fairness: the timer-wheel article's claim over-selects ``limit * max_per_tenant`` rows so the per-tenant cap
 still leaves a full batch. That holds while the big tenant's backlog is smaller than the
 over-select; behind a larger one (the conformance suite's 2,000-row tenant against 500 locked
@@ -111,7 +120,7 @@ from schedulers.base import (
     resolve_options,
     us,
 )
-from schedulers.pg import apply_storage, drop_schema, open_pool, qualified, storage_options
+from schedulers.pg import apply_storage, drop_schema, in_id_ranges, open_pool, qualified, storage_options
 from schedulers.sqlfile import Queries, load_blocks
 
 log = logging.getLogger(__name__)
@@ -124,6 +133,8 @@ COMMIT_PER_GROUP = ("auto", "always", "never")  # the commit_per_group option's 
 TOAST_TUPLE_TARGET_DEFAULT = 2032  # Postgres' default for 8 kB pages: wider rows go to TOAST
 TOAST_TUPLE_TARGET_MAX = 8160  # the largest Postgres accepts: a 4 kB state stays in the row
 LISTEN_BACKOFF_S = (0.1, 5.0)  # first and longest wait before reopening a lost LISTEN connection
+# the columns of arm_bulk_staging (queries.sql), in arm_bulk_copy's order, for the binary COPY
+_STAGING_TYPES = ["text", "text", "text", "int4", "timestamptz", "bytea"]
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -193,6 +204,13 @@ class PgLeasedScheduler:
         "commit_per_group": "auto",
         # connections in this instance's pool
         "pool_size": 12,
+        # arm() of at least this many timers takes the bulk path (binary COPY into a staging table,
+        # one upsert from it): below it, the per-call temp table costs more than it saves
+        "bulk_arm_min": 1000,
+        # connections a bulk arm() spreads its id ranges over, one transaction per range, at once
+        # (so such an arm() is not one transaction): the server's upsert of one range overlaps
+        # the client's encoding of the next; 4 armed no faster than 2 on 2 cores
+        "arm_connections": 2,
         # percent; state table page fill: room for a second version of every row, since one commit
         # updates a whole batch and cannot prune its own old versions before it commits
         "state_fillfactor_pct": 50,
@@ -227,6 +245,8 @@ class PgLeasedScheduler:
         "heartbeat_fraction": Range(0, 1, open=True),
         "idle_claimers": Range(lo=1),
         "idle_s": Range(lo=0),
+        "bulk_arm_min": Range(lo=1),
+        "arm_connections": Range(lo=1),
     }
 
     def __init__(self, ctx: StoreContext, **options: Any) -> None:
@@ -249,6 +269,8 @@ class PgLeasedScheduler:
         self.listen_notify = bool(o["listen_notify"])
         self.split_state = o["split_state"]
         self.skip_unchanged_state = o["skip_unchanged_state"]
+        self.bulk_arm_min = o["bulk_arm_min"]
+        self.arm_connections = o["arm_connections"]
         self.commit_per_group = str(o["commit_per_group"]).lower()
         if self.commit_per_group not in COMMIT_PER_GROUP:
             raise ValueError(
@@ -366,6 +388,10 @@ class PgLeasedScheduler:
         # Encrypted poll state is incompressible: random bytes, created at first arm.
         states = [os.urandom(size) if size else b"" for _ in ts]
         pool = await self._pool_()
+        if len(ts) >= self.bulk_arm_min:
+            await self._arm_bulk(pool, ts, states)
+            self._wake.set()
+            return
         async with pool.connection() as conn:
             async with conn.transaction():
                 await conn.execute(
@@ -393,6 +419,26 @@ class PgLeasedScheduler:
             return False
         soon = time.time() + self.idle_s
         return any(t.fire_at is None or t.fire_at < soon for t in timers)
+
+    async def _arm_bulk(self, pool: AsyncConnectionPool, ts: list[Timer], states: list[bytes]) -> None:
+        """``ts`` (sorted by id) in contiguous id ranges, each copied and upserted in a
+        transaction of its own, ``arm_connections`` at once (module docstring, "Arming in bulk")."""
+        await in_id_ranges(len(ts), self.arm_connections, lambda a, b: self._arm_range(pool, ts[a:b], states[a:b]))
+
+    async def _arm_range(self, pool: AsyncConnectionPool, ts: list[Timer], states: list[bytes]) -> None:
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(self.q["arm_bulk_staging"])
+                async with conn.cursor() as cur:
+                    async with cur.copy(self.q["arm_bulk_copy"]) as copy:
+                        copy.set_types(_STAGING_TYPES)
+                        for t, state in zip(ts, states):
+                            await copy.write_row((t.id, t.tenant_id, t.type, t.priority, _ts(t.fire_at), state))
+                await conn.execute(self.q["arm_bulk_upsert"], {"state_in_row": not self.split_state})
+                if self.split_state:
+                    await conn.execute(self.q["arm_bulk_states"])
+                if self._due_soon(ts):  # at this range's commit, as arm()'s single statement does
+                    await conn.execute(self.q["notify_due"], {"channel": self.channel})
 
     async def export_armed(self) -> list[Timer]:
         pool = await self._pool_()

@@ -30,6 +30,52 @@ SELECT u.id, u.poll_state
 FROM unnest(%(ids)s::text[], %(poll_states)b::bytea[]) AS u(id, poll_state)
 ON CONFLICT (id) DO NOTHING;
 
+-- name: arm_bulk_staging
+-- Bulk arm (arm() of at least bulk_arm_min timers): one transaction per id range, the rows
+-- copied in binary into this staging table, then upserted by one statement. Only the arm's
+-- columns; dropped at the transaction's end, so each range's connection has its own.
+CREATE TEMP TABLE arm_staging (
+    id         text NOT NULL,
+    tenant_id  text NOT NULL,
+    type       text NOT NULL,
+    priority   integer NOT NULL,
+    fire_at    timestamptz,
+    poll_state bytea
+) ON COMMIT DROP;
+
+-- name: arm_bulk_copy
+COPY arm_staging (id, tenant_id, type, priority, fire_at, poll_state) FROM STDIN (FORMAT BINARY);
+
+-- name: arm_bulk_upsert
+-- arm, fed from the staging table: the same upsert, the same move semantics (version + 1,
+-- lease dropped, back to scheduled). ORDER BY id: row locks in id order, as commit_batch takes
+-- them (the staging rows were copied sorted, so this sort finds them in order).
+INSERT INTO {schema}.schedule AS s
+       (id, tenant_id, type, priority, next_fire_at, armed_at, state, version, attempt, poll_state)
+SELECT u.id, u.tenant_id, u.type, u.priority, u.fire_at, now(), 'scheduled', 0, 0,
+       CASE WHEN %(state_in_row)s::bool THEN u.poll_state END  -- split_state: the state table's
+  FROM arm_staging u
+ ORDER BY u.id
+ON CONFLICT (id) DO UPDATE SET
+    tenant_id = excluded.tenant_id,
+    type = excluded.type,
+    priority = excluded.priority,
+    next_fire_at = excluded.next_fire_at,
+    armed_at = now(),
+    state = 'scheduled',
+    version = s.version + 1,
+    attempt = 0,
+    owner_id = NULL,
+    lease_expires = NULL;
+
+-- name: arm_bulk_states
+-- arm_states from the staging table (split_state): created at first arm, a move keeps it.
+INSERT INTO {schema}.state (id, poll_state)
+SELECT u.id, u.poll_state
+  FROM arm_staging u
+ ORDER BY u.id
+ON CONFLICT (id) DO NOTHING;
+
 -- name: claim_due
 -- The timer-wheel article's two-step claim (two-step-claim) in one short transaction, committed
 -- before any work runs: lock candidates with FOR UPDATE SKIP LOCKED, then rank per tenant outside

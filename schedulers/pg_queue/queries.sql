@@ -26,6 +26,44 @@ ON CONFLICT (id) DO UPDATE SET
     attempts = 0,
     updated_at = now();
 
+-- name: arm_bulk_staging
+-- Bulk arm (arm() of at least bulk_arm_min timers): one transaction per id range, the rows
+-- copied in binary into this staging table, then upserted by one statement. Only the arm's
+-- columns; dropped at the transaction's end, so each range's connection has its own.
+CREATE TEMP TABLE arm_staging (
+    id         text NOT NULL,
+    tenant_id  text NOT NULL,
+    type       text NOT NULL,
+    priority   integer NOT NULL,
+    fire_at    timestamptz,
+    poll_state bytea
+) ON COMMIT DROP;
+
+-- name: arm_bulk_copy
+COPY arm_staging (id, tenant_id, type, priority, fire_at, poll_state) FROM STDIN (FORMAT BINARY);
+
+-- name: arm_bulk_upsert
+-- arm_upsert, fed from the staging table: the same upsert, the same move semantics (claim
+-- cleared, existing state kept). ORDER BY id: row locks in id order, one range after another.
+INSERT INTO {schema}.triggers AS t
+    (id, tenant_id, type, priority, next_fire_at, armed_at, status, poll_state, created_at, updated_at)
+SELECT u.id, u.tenant_id, u.type, u.priority,
+       coalesce(u.fire_at, now()),   -- fire_at NULL: due now (null-due-now)
+       now(), 'scheduled', u.poll_state, now(), now()
+  FROM arm_staging u
+ ORDER BY u.id
+ON CONFLICT (id) DO UPDATE SET
+    tenant_id = excluded.tenant_id,
+    type = excluded.type,
+    priority = excluded.priority,
+    next_fire_at = excluded.next_fire_at,
+    armed_at = excluded.armed_at,
+    status = 'scheduled',
+    claimed_by = NULL,
+    claimed_at = NULL,
+    attempts = 0,
+    updated_at = now();
+
 -- name: tick_hold
 -- Opens the tick's transaction (hold_tick_tx): an xid, taken before the claim and kept until the
 -- processor has polled the batch. Vacuum cannot remove a version any running xid may still see,

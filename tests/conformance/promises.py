@@ -200,6 +200,47 @@ async def check_move_during_an_inflight_batch_wins_over_its_rearm(factory: Facto
         )
 
 
+@promise()
+async def check_moved_long_horizon_timer_fires_at_its_new_time_only(factory: Factory) -> None:
+    """Timers armed weeks ahead (callbacks, reminders: the armed population that only grows), some
+    of them moved to a second or two from now while a runner runs: each moved one fires once, at
+    its new time; the others stay armed at their old time and do not fire."""
+    async with running(factory) as (s, runner):
+        proc = RecordingProcessor()  # finishes every timer it receives
+        runner.start(proc, "w1")
+        now = time.time()
+        far = [Timer(f"horizon-{i}", us(now + 30 * 86400 + i * 86400), tenant_id=f"t{i % 3}") for i in range(20)]
+        await s.arm(far)
+        moved = far[::4]  # 5 of the 20
+        moved_at = time.time()
+        moved_to = {t.id: us(moved_at + 1.0 + 0.2 * k) for k, t in enumerate(moved)}
+        await s.arm([Timer(t.id, moved_to[t.id], t.type, t.tenant_id, t.priority) for t in moved])
+        armed = {t.id: t.fire_at for t in await s.export_armed()}
+        stale = {tid: round(armed[tid] - now) for tid in moved_to if tid in armed and armed[tid] != moved_to[tid]}
+        assert not stale, f"export_armed lists moved timers at a fire time they were moved away from (s): {stale}"
+        ok = await wait_until(lambda: proc.ids() >= set(moved_to), 2.0 + bound_s(s))
+        missing = set(moved_to) - proc.ids()
+        assert ok, f"{len(missing)} long-horizon timers moved to now + 1-2 s never fired: {sorted(missing)}"
+        await asyncio.sleep(1.0)  # the settle period: room for a second fire or a stray old copy
+        for tid, due in moved_to.items():
+            fires = proc.of(tid)
+            assert len(fires) == 1, f"{tid} fired {len(fires)} times after its move, expected once"
+            assert abs(fires[0].due_at - due) < 0.001, (
+                f"{tid} fired due {fires[0].due_at - due:+.3f}s from its new fire time: not the move's time"
+            )
+            assert fires[0].received_at >= due - CLOCK_TOLERANCE_S, f"{tid} fired before its new fire time"
+        strays = proc.ids() - set(moved_to)
+        assert not strays, f"long-horizon timers that were not moved fired: {sorted(strays)}"
+        want = {t.id: t.fire_at for t in far if t.id not in moved_to}
+        got = await until_exported(s, want, bound_s(s))
+        assert set(got) == set(want), (
+            f"after the moved timers fired, export_armed lists {sorted(set(got) - set(want))} that should not "
+            f"be armed and misses {sorted(set(want) - set(got))}"
+        )
+        wrong = {k: round(got[k].fire_at - v, 3) for k, v in want.items() if abs(got[k].fire_at - v) >= 0.001}
+        assert not wrong, f"unmoved long-horizon timers changed fire time (s): {wrong}"
+
+
 # -- 5. leases ----------------------------------------------------------------------------
 
 

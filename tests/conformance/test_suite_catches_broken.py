@@ -37,6 +37,16 @@ class IgnoresMoves(MemoryScheduler):
         await super().arm(fresh)
 
 
+class IgnoresFarMoves(MemoryScheduler):
+    """Keeps the fire time of a timer armed more than a day out (a far tier written once, as a
+    design parking far timers in cold storage might): moves of near timers work, far ones are lost."""
+
+    async def arm(self, timers: Sequence[Timer]) -> None:
+        horizon = time.time() + 86400
+        kept = [t for t in timers if t.id not in self._entries or self._entries[t.id].fire_at <= horizon]
+        await super().arm(kept)
+
+
 class NoEffectKey(MemoryScheduler):
     """Records effects without the (trigger_id, due_at) key, so a duplicate fire repeats them."""
 
@@ -252,6 +262,7 @@ def factory_for(cls):
         (DropsTimers, promises.check_every_timer_fires_within_max_lag),
         (IgnoresMoves, promises.check_rearm_moves_timer),
         (InFlightCommitIgnoresMoves, promises.check_move_during_an_inflight_batch_wins_over_its_rearm),
+        (IgnoresFarMoves, promises.check_moved_long_horizon_timer_fires_at_its_new_time_only),
         (NoEffectKey, promises.check_duplicate_fire_has_no_duplicate_effect),
         (ExportsFinishedTimers, promises.check_export_lists_what_will_fire),
         (ExportsFirstArm, promises.check_export_lists_what_will_fire),
@@ -274,6 +285,7 @@ def factory_for(cls):
         "drops-timers",
         "ignores-moves",
         "inflight-commit-ignores-moves",
+        "ignores-far-moves",
         "no-effect-key",
         "exports-finished-timers",
         "exports-first-arm",
@@ -313,6 +325,7 @@ async def test_memory_passes_the_same_checks():
         promises.check_two_runners_share_one_store,
         promises.check_rearm_moves_timer,
         promises.check_move_during_an_inflight_batch_wins_over_its_rearm,
+        promises.check_moved_long_horizon_timer_fires_at_its_new_time_only,
         promises.check_duplicate_fire_has_no_duplicate_effect,
         promises.check_export_lists_what_will_fire,
         promises.check_disarm_removes_timers,
