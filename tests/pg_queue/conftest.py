@@ -15,6 +15,7 @@ from psycopg import sql
 
 from schedulers.base import Fire, Outcome, StoreContext
 from schedulers.pg_queue import PgQueueScheduler
+from tests.pg_leased.conftest import isolated_dsn  # noqa: F401  (a fixture, used by name: a database of its own)
 
 STAT_COLUMNS = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_live_tup", "n_dead_tup")
 
