@@ -57,9 +57,10 @@ batch (otherwise it could add nothing, and a one-time filter skips it). Of the `
 loops, ``idle_claimers`` claim while claims come back short of a batch; the rest wait until one
 comes back full. After an empty claim a loop reads the earliest scheduled fire time
 (``next_due``) and sleeps until then, at least a tick and at most ``idle_s``. What cuts a sleep
-short: an ``arm()`` in this instance, a re-arm due before the sleep ends, a sweep that returned
-rows, and a ``NOTIFY`` on the store's channel, which ``arm()`` sends (at its commit) when it arms a
-timer due within ``idle_s``, for the loops of other processes (``listen_notify``: one LISTEN
+short: an ``arm()`` in this instance of a timer due within ``idle_s`` (a later one is found by a
+claim that comes anyway), a re-arm due before the sleep ends, a sweep that returned rows, and a
+``NOTIFY`` on the store's channel, which ``arm()`` sends (at its commit) when it arms a timer due
+within ``idle_s``, for the loops of other processes (``listen_notify``: one LISTEN
 connection per run, reopened with backoff when lost; reopening wakes the loops too). A NOTIFY
 that never arrives delays a timer until the planned wake-up, at most ``idle_s``.
 
@@ -390,7 +391,7 @@ class PgLeasedScheduler:
         pool = await self._pool_()
         if len(ts) >= self.bulk_arm_min:
             await self._arm_bulk(pool, ts, states)
-            self._wake.set()
+            self._wake_for(ts)
             return
         async with pool.connection() as conn:
             async with conn.transaction():
@@ -410,15 +411,24 @@ class PgLeasedScheduler:
                     await conn.execute(self.q["arm_states"], {"ids": ids, "poll_states": states}, binary=True)
                 if self._due_soon(ts):  # sent at commit, so a woken loop finds the rows
                     await conn.execute(self.q["notify_due"], {"channel": self.channel})
-        self._wake.set()
+        self._wake_for(ts)
 
-    def _due_soon(self, timers: Sequence[Timer]) -> bool:
-        """Whether one of ``timers`` is due within idle_s: a claim loop of another process may be
-        asleep past its fire time, so the arm tells it (NOTIFY)."""
-        if not self.listen_notify:
-            return False
+    def _due_within_idle(self, timers: Sequence[Timer]) -> bool:
+        """Whether one of ``timers`` is due within idle_s, the longest a claim loop sleeps: a
+        later one is found by a claim that comes anyway."""
         soon = time.time() + self.idle_s
         return any(t.fire_at is None or t.fire_at < soon for t in timers)
+
+    def _due_soon(self, timers: Sequence[Timer]) -> bool:
+        """Whether the arm of ``timers`` must NOTIFY: one is due within idle_s, and a claim loop of
+        another process may be asleep past its fire time."""
+        return self.listen_notify and self._due_within_idle(timers)
+
+    def _wake_for(self, timers: Sequence[Timer]) -> None:
+        """Cut this instance's claim loops' sleep short only for an arm due within idle_s: waking
+        them for every arm made each move of a far timer a claim of its own (MEASUREMENTS.md)."""
+        if self._due_within_idle(timers):
+            self._wake.set()
 
     async def _arm_bulk(self, pool: AsyncConnectionPool, ts: list[Timer], states: list[bytes]) -> None:
         """``ts`` (sorted by id) in contiguous id ranges, each copied and upserted in a

@@ -112,3 +112,39 @@ async def test_a_lost_notify_falls_back_to_the_planned_wake_up(isolated_dsn, sch
         for s in (silent, notifying):
             await s.teardown(drop=False)
         await runner_side.teardown(drop=True)
+
+
+async def test_an_arm_due_after_idle_s_leaves_the_planned_sleep_alone(pg_dsn, schema):
+    # A move of a far timer is the common arm at scale: it must not cost a claim of its own, in
+    # either arm path (one upsert, or the bulk copy from bulk_arm_min timers).
+    idle_s = 6.0
+    runner_side = await make(pg_dsn, schema, idle_s=idle_s, bulk_arm_min=20)
+    runner = Runner(runner_side)
+    proc = RecordingProcessor()
+    try:
+        await runner_side.arm([Timer("far", time.time() + 3600)])
+        runner.start(proc, "w1")
+        # the LISTEN connection's opening wakes the loops too: wait for it first
+        assert await wait_until(lambda: runner_side.listens >= 1, 30.0), "the run never listened"
+        assert await asleep(runner_side), "the claim loop never went to a planned sleep"
+        planned = runner_side.asleep_until
+        for batch in (
+            [Timer("moved-far", time.time() + 7200)],
+            [Timer(f"bulk-{i}", time.time() + 7200) for i in range(40)],
+        ):
+            await runner_side.arm(batch)
+            assert not runner_side._wake.is_set(), f"an arm of {len(batch)} far timers woke the claim loops"
+        await runner_side.arm([Timer("far", time.time() + 5400)])  # a move of an armed timer
+        assert not runner_side._wake.is_set(), "the move of a far timer woke the claim loops"
+        # Had any of them woken the loop, it would have claimed and begun a new planned sleep.
+        assert await wait_until(lambda: runner_side.asleep_until != planned, 1.0, poll_s=0.05) is False
+        assert proc.ids() == set()
+
+        # The same instance's arm of a timer due within idle_s still wakes it.
+        await runner_side.arm([Timer("soon", time.time() + 0.3)])
+        assert runner_side._wake.is_set(), "an arm due within idle_s did not wake the claim loops"
+        assert await wait_until(lambda: proc.ids() >= {"soon"}, idle_s), "the timer due soon never fired"
+        assert lag(proc, "soon") < idle_s / 2, "it waited for the planned wake-up"
+    finally:
+        await runner.stop_all()
+        await runner_side.teardown(drop=True)
