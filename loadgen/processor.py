@@ -344,13 +344,15 @@ class PollingProcessor:
     def outstanding(self, before: float) -> np.ndarray:
         """Indices of triggers armed for a time before ``before`` that was never received (the
         armed time is later than every due time received for the trigger)."""
-        due = self.armed_due
-        got = self.received_due
+        # The gauges call this every second while the load runs: one pass over the population
+        # picks the few triggers due by now (far timers are most of a large population), the
+        # rest looks only at those. Five passes stalled the event loop ~70 ms at 10M triggers.
         with np.errstate(invalid="ignore"):
-            due_now = due < before
+            due_now = np.flatnonzero(self.armed_due < before)
+            due, got = self.armed_due[due_now], self.received_due[due_now]
             # a received due equal to the armed one (to the microsecond) means it fired
             after_received = np.isnan(got) | (due > got + 2e-6)
-        return np.flatnonzero(due_now & after_received)
+        return due_now[after_received]
 
     def undelivered_table(self, before: float, measure_start: float, held_at: dict[str, float] | None) -> pa.Table:
         """Every fire due before ``before`` that never arrived, as ``fires.parquet`` rows
