@@ -10,7 +10,7 @@ import pytest
 
 from schedulers.base import EXPECTED_TIMERS, BatchSizes, StoreContext, with_expected_timers
 from schedulers.temporal_shards import SHARDS_WHEN_UNKNOWN, TemporalShardsScheduler, initial_shards
-from schedulers.temporal_shards.workflows import chunks, timer_bytes
+from schedulers.temporal_shards.workflows import ShardConfig, ShardInput, chunks, encoded_size, timer_bytes
 
 
 def test_production_population_starts_within_the_cap():
@@ -82,3 +82,19 @@ def test_the_report_reads_the_gauge_names_the_backends_write():
         base.BATCHES_CLOSED_GAUGE,
         base.BATCH_BIN_WIDTH_GAUGE,
     )
+
+
+@pytest.mark.parametrize("timers", [0, 1, 3_000])
+def test_the_payload_measure_is_the_converters_own_size_of_the_shard_input(timers):
+    # The shard measures its Continue-As-New input through a mapping, not the dataclass: the
+    # bytes must be the ones the converter sends for the dataclass itself (what the server checks).
+    from temporalio.converter import DataConverter
+
+    converter = DataConverter.default.payload_converter
+    cfg = ShardConfig("ts-run", "queue", 800, 10.0, per_type={"poll": [800.0, 10.0]})
+    entries = [
+        [f"trigger-{i:06d}", 1.8e9 + i * 0.37, i % 5, 1.7e9, "poll", f"tenant-{i % 7}", i % 3] for i in range(timers)
+    ]
+    inp = ShardInput(4, cfg, entries, [f"key-{i}" for i in range(timers // 100)], continued=2)
+    expected = sum(p.ByteSize() for p in converter.to_payloads([inp]))
+    assert encoded_size(inp, converter) == expected
