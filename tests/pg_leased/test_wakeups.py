@@ -30,6 +30,15 @@ async def asleep(s: PgLeasedScheduler) -> bool:
     return await wait_until(lambda: s.asleep_until - time.time() > s.idle_s / 2, 30.0, poll_s=0.01)
 
 
+async def start_listening_and_asleep(s: PgLeasedScheduler, runner: Runner, proc: RecordingProcessor) -> None:
+    """Arm one far timer (the planned wake-up is then idle_s away), start the run, and wait until
+    it listens (opening the LISTEN connection wakes the loops too) and sleeps."""
+    await s.arm([Timer("far", time.time() + 3600)])
+    runner.start(proc, "w1")
+    assert await wait_until(lambda: s.listens >= 1, 30.0), "the run never listened"
+    assert await asleep(s), "the claim loop never went to a planned sleep"
+
+
 def lag(proc: RecordingProcessor, timer_id: str) -> float:
     (fire,) = proc.of(timer_id)
     assert fire.received_at >= fire.due_at - CLOCK_TOLERANCE_S, f"{timer_id} fired before its time"
@@ -74,10 +83,7 @@ async def test_a_lost_notify_falls_back_to_the_planned_wake_up(isolated_dsn, sch
     runner = Runner(runner_side)
     proc = RecordingProcessor()
     try:
-        await runner_side.arm([Timer("far", time.time() + 3600)])
-        runner.start(proc, "w1")
-        assert await wait_until(lambda: runner_side.listens >= 1, 30.0), "the run never listened"
-        assert await asleep(runner_side), "the claim loop never went to a planned sleep"
+        await start_listening_and_asleep(runner_side, runner, proc)
 
         # The listener's connection drops: it is reopened (with backoff), and the loop sleeps again.
         with psycopg.connect(isolated_dsn, autocommit=True) as conn:
@@ -126,11 +132,7 @@ async def test_an_arm_due_after_idle_s_leaves_the_planned_sleep_alone(pg_dsn, sc
     runner = Runner(runner_side)
     proc = RecordingProcessor()
     try:
-        await runner_side.arm([Timer("far", time.time() + 3600)])
-        runner.start(proc, "w1")
-        # the LISTEN connection's opening wakes the loops too: wait for it first
-        assert await wait_until(lambda: runner_side.listens >= 1, 30.0), "the run never listened"
-        assert await asleep(runner_side), "the claim loop never went to a planned sleep"
+        await start_listening_and_asleep(runner_side, runner, proc)
         planned = runner_side.asleep_until
         for batch in (
             [Timer("moved-far", time.time() + 7200)],
