@@ -55,7 +55,7 @@ async def measure(dsn: str, label: str, opts: dict, backlog: int, future: int, c
         t0 = time.perf_counter()
         got = 0
         for k in range(claims):
-            got += len(await s._claim(statement, "probe", k))
+            got += len(await s._claim(statement, "probe", k, s.batch))
         elapsed = time.perf_counter() - t0
         wal = float((await (await c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (lsn0,))).fetchone())[0])
     print(
@@ -69,14 +69,7 @@ async def measure(dsn: str, label: str, opts: dict, backlog: int, future: int, c
 async def explain(dsn: str, backlog: int, future: int) -> None:
     s = await armed(dsn, "explain", {}, backlog, future)
     (statement,) = s._claim_statements()
-    params = {
-        "limit": s.batch,
-        "max_per_tenant": s.max_per_tenant,
-        "tenant_scan": s.tenant_scan,
-        "overselect": s.overselect,
-        "owner": "probe",
-        "lease_s": s.lease_s,
-    }
+    params = s.claim_params("probe", s.batch)
     async with await psycopg.AsyncConnection.connect(dsn) as c:
         cur = await c.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + statement, params)
         for (line,) in await cur.fetchall():

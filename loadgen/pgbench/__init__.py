@@ -221,6 +221,8 @@ def measure(
                     "overselect=2",
                     "-D",
                     f"lease_s={LEASE_S:g}",
+                    "-D",
+                    "split_state=true",  # pg_leased's default: the states are read with the claim
                     conn_args[-1],
                 ]
                 ceiling.command = [a for a in cmd]

@@ -8,8 +8,8 @@ Data flow of one fire (every statement is in ``queries.sql``, the tables in ``sc
    locks due rows with ``FOR UPDATE SKIP LOCKED``, ranks them per tenant with ``ROW_NUMBER``
    outside the locking query, keeps ``max_per_tenant`` per tenant, and marks the picked rows
    ``running`` under a lease ``(owner_id, lease_expires)`` (lease-columns).
-2. ``fetch_states`` — the poll state of the whole batch in one query (batch-200: batched
-   lookups instead of per-row round trips).
+2. The same statement returns the poll state of the whole batch (batch-200: one query for
+   the batch instead of per-row round trips).
 3. The processor polls, and hands outcomes back in groups as their polls finish.
 4. ``commit_batch`` per claim, or per group under load (``commit_per_group``) — one statement,
    hence one transaction: re-arm (next fire time, lease cleared, version + 1), the new poll
@@ -155,7 +155,6 @@ def _release(held: Counter[str], items: Sequence[_Claimed]) -> None:
 class _Claimed:
     fire: Fire
     version: int
-    due: datetime  # the exact timestamptz the effect key uses
 
 
 class PgLeasedScheduler:
@@ -592,41 +591,35 @@ class PgLeasedScheduler:
                 self.idle_sleeps += 1
         await self._nap(stop, seconds)
 
+    def claim_params(self, owner: str, limit: int) -> dict[str, Any]:
+        """The bind parameters of ``claim_due`` for ``owner``, at most ``limit`` rows."""
+        return {
+            "limit": limit,
+            "max_per_tenant": self.max_per_tenant,
+            "tenant_scan": self.tenant_scan,
+            "overselect": self.overselect,
+            "owner": owner,
+            "lease_s": self.lease_s,
+            "split_state": self.split_state,
+        }
+
     async def _claim(self, statement: sql.Composed, owner: str, batch_no: int, limit: int) -> list[_Claimed]:
         """Run one claim statement (``claim_due`` rendered for the table it claims from) for at
-        most ``limit`` rows."""
+        most ``limit`` rows; the fires carry their poll state."""
         pool = await self._pool_()
         async with pool.connection() as conn:  # autocommit: the claim commits on return
-            cur = await conn.execute(
-                statement,
-                {
-                    "limit": limit,
-                    "max_per_tenant": self.max_per_tenant,
-                    "tenant_scan": self.tenant_scan,
-                    "overselect": self.overselect,
-                    "owner": owner,
-                    "lease_s": self.lease_s,
-                },
-            )
+            # binary: the 4 kB states as bytes, not hex
+            cur = await conn.execute(statement, self.claim_params(owner, limit), binary=True)
             rows = await cur.fetchall()
         self.claim_statements += 1
-        out = []
-        for tid, tenant, type_, prio, due, armed_at, version, attempt in rows:
-            fire = Fire(
-                tid, tenant, type_, us(due.timestamp()), us(armed_at.timestamp()), attempt, owner, batch_no, None, prio
-            )
-            out.append(_Claimed(fire, version, due))
+        out = [
+            _Claimed(Fire(tid, tenant, type_, due, armed_at, attempt, owner, batch_no, state, prio), version)
+            for tid, tenant, type_, prio, due, armed_at, version, attempt, state in rows
+        ]
         if out:
             self.claims += 1
             self.claimed_timers += len(out)
         return out
-
-    async def _fetch_states(self, ids: list[str]) -> dict[str, bytes]:
-        pool = await self._pool_()
-        name = "fetch_states" if self.split_state else "fetch_states_inline"
-        async with pool.connection() as conn:
-            cur = await conn.execute(self.q[name], {"ids": ids}, binary=True)
-            return {i: s for i, s in await cur.fetchall()}
 
     async def _process(
         self,
@@ -645,10 +638,8 @@ class PgLeasedScheduler:
                 pending.pop(id(c), None)
 
         try:
-            states = await self._fetch_states([c.fire.timer_id for c in claimed])
             by_type: dict[str, list[_Claimed]] = {}
             for c in claimed:
-                c.fire.state = states.get(c.fire.timer_id)
                 by_type.setdefault(c.fire.type, []).append(c)
             for type_, items in by_type.items():
                 processor = processors.get(type_)
@@ -694,10 +685,10 @@ class PgLeasedScheduler:
             "ids": [c.fire.timer_id for c in items],
             "versions": [c.version for c in items],
             "attempts": [c.fire.attempt for c in items],
-            "next_fire_ats": [_ts(o.next_fire_at) for o in outcomes],
+            "next_fire_ats": [o.next_fire_at for o in outcomes],  # epoch s (queries.sql: exact to the us)
             "finished": [o.next_fire_at is None for o in outcomes],
             "poll_states": poll_states,
-            "effect_dues": [c.due if o.effect else None for c, o in zip(items, outcomes)],
+            "effect_dues": [c.fire.due_at if o.effect else None for c, o in zip(items, outcomes)],
             "owner": owner,
         }
         name = "commit_batch" if self.split_state else "commit_batch_inline"

@@ -158,17 +158,28 @@ WITH RECURSIVE tenants(tenant_id, n) AS (
      WHERE r.rn <= %(max_per_tenant)s
      ORDER BY r.priority DESC, r.due_key ASC
      LIMIT %(limit)s
-)
 -- By primary key (= ANY of an array): a join let the planner scan the whole due range.
-UPDATE {schedule} s
-   SET state = 'running',
-       owner_id = %(owner)s,
-       lease_expires = now() + make_interval(secs => %(lease_s)s),
-       attempt = s.attempt + 1
- WHERE s.id = ANY (ARRAY(SELECT p.id FROM picked p))
-RETURNING s.id, s.tenant_id, s.type, s.priority,
-          coalesce(s.next_fire_at, s.armed_at) AS due_at,  -- NULL fire time: due when armed
-          s.armed_at, s.version, s.attempt;
+), claimed AS (
+    UPDATE {schedule} s
+       SET state = 'running',
+           owner_id = %(owner)s,
+           lease_expires = now() + make_interval(secs => %(lease_s)s),
+           attempt = s.attempt + 1
+     WHERE s.id = ANY (ARRAY(SELECT p.id FROM picked p))
+    RETURNING s.id, s.tenant_id, s.type, s.priority,
+              coalesce(s.next_fire_at, s.armed_at) AS due_at,  -- NULL fire time: due when armed
+              s.armed_at, s.version, s.attempt, s.poll_state
+)
+-- The batch's poll states come with it (batch-200: one statement for the whole batch, not a
+-- lookup of its own), from the state table (split_state) or the row. Times travel as float8
+-- epoch seconds, cheaper than timestamptz to decode and encode: a double is within 0.12 us of
+-- a 2026 microsecond, so commit_batch's to_timestamp, which rounds to the microsecond, gives
+-- back exactly the timestamptz claimed (the effect key).
+SELECT c.id, c.tenant_id, c.type, c.priority,
+       date_part('epoch', c.due_at), date_part('epoch', c.armed_at), c.version, c.attempt,
+       CASE WHEN %(split_state)s::bool THEN t.poll_state ELSE c.poll_state END
+  FROM claimed c
+  LEFT JOIN {schema}.state t ON %(split_state)s::bool AND t.id = c.id;
 
 -- name: next_due
 -- After an empty claim: the earliest fire time of any scheduled row, so the claim loop can sleep
@@ -199,14 +210,6 @@ SELECT extract(epoch FROM min((SELECT s.due_key
 -- arm() of a timer due within idle_s: wakes the claim loops of every process listening on this
 -- store's channel (delivered at the arm's commit). The payload is empty: a woken loop claims.
 SELECT pg_notify(%(channel)s, '');
-
--- name: fetch_states
--- Batched lookup (batch-200: one query per claim, not one round trip per row), split_state on.
-SELECT id, poll_state FROM {schema}.state WHERE id = ANY(%(ids)s::text[]);
-
--- name: fetch_states_inline
--- The same lookup when the poll state lives in the schedule row (split_state off).
-SELECT id, poll_state FROM {schema}.schedule WHERE id = ANY(%(ids)s::text[]);
 
 -- name: extend_leases
 -- Heartbeat (heartbeat-lease: "make the live case produce a signal"): push the lease of every row
@@ -258,11 +261,12 @@ RETURNING s.id;
 --     entry means unchanged: no write at all (skip_unchanged_state).
 --   effects: checkpoint-key; RETURNING tells which were newly recorded (delivered).
 WITH batch AS (
-    SELECT *
+    SELECT b.id, b.version, b.attempt, to_timestamp(b.next_fire_s) AS next_fire_at, b.finished,
+           b.poll_state, to_timestamp(b.effect_due_s) AS effect_due
       FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
-                  %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
-                  %(poll_states)b::bytea[], %(effect_dues)s::timestamptz[])
-           AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
+                  %(next_fire_ats)s::float8[], %(finished)s::bool[],
+                  %(poll_states)b::bytea[], %(effect_dues)s::float8[])
+           AS b(id, version, attempt, next_fire_s, finished, poll_state, effect_due_s)
 ), locked AS (
     -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue
     -- instead of deadlocking.
@@ -281,11 +285,14 @@ WITH batch AS (
            owner_id = NULL,
            lease_expires = NULL
       FROM batch b
-      JOIN locked l ON l.id = b.id
      WHERE s.id = b.id
        AND s.owner_id = %(owner)s
        AND s.version = b.version
        AND s.attempt = b.attempt
+       -- Every lock first: a qual without row columns is a one-time filter, evaluated once
+       -- before the first row is updated. Joined to locked instead, the planner looped over
+       -- the CTE per row (n² comparisons: 28 of 34 ms for 400 rows).
+       AND (SELECT count(*) FROM locked) >= 0
     RETURNING s.id
 ), states AS (
     UPDATE {schema}.state t
@@ -311,11 +318,12 @@ SELECT (SELECT coalesce(array_agg(trigger_id), '{{}}') FROM effects) AS delivere
 -- commit_batch with the poll state in the schedule row (split_state off): the state rides on
 -- the re-arm update. coalesce keeps the old value (same TOAST pointer: no TOAST rewrite).
 WITH batch AS (
-    SELECT *
+    SELECT b.id, b.version, b.attempt, to_timestamp(b.next_fire_s) AS next_fire_at, b.finished,
+           b.poll_state, to_timestamp(b.effect_due_s) AS effect_due
       FROM unnest(%(ids)s::text[], %(versions)s::bigint[], %(attempts)s::int[],
-                  %(next_fire_ats)s::timestamptz[], %(finished)s::bool[],
-                  %(poll_states)b::bytea[], %(effect_dues)s::timestamptz[])
-           AS b(id, version, attempt, next_fire_at, finished, poll_state, effect_due)
+                  %(next_fire_ats)s::float8[], %(finished)s::bool[],
+                  %(poll_states)b::bytea[], %(effect_dues)s::float8[])
+           AS b(id, version, attempt, next_fire_s, finished, poll_state, effect_due_s)
 ), locked AS (
     -- Row locks in id order, as arm() takes them: two writers of overlapping rows queue
     -- instead of deadlocking.
@@ -335,11 +343,14 @@ WITH batch AS (
            lease_expires = NULL,
            poll_state = coalesce(b.poll_state, s.poll_state)
       FROM batch b
-      JOIN locked l ON l.id = b.id
      WHERE s.id = b.id
        AND s.owner_id = %(owner)s
        AND s.version = b.version
        AND s.attempt = b.attempt
+       -- Every lock first: a qual without row columns is a one-time filter, evaluated once
+       -- before the first row is updated. Joined to locked instead, the planner looped over
+       -- the CTE per row (n² comparisons: 28 of 34 ms for 400 rows).
+       AND (SELECT count(*) FROM locked) >= 0
     RETURNING s.id, b.poll_state IS NOT NULL AS state_written
 ), effects AS (
     INSERT INTO {schema}.effects (trigger_id, due_at, worker)

@@ -13,9 +13,9 @@
 -- {state} naming that partition and {remainder} its hash remainder, after the others.
 
 -- name: schedule_parent
--- Split by hash of id, the primary key, so arm, fetch_states, commit_batch, the heartbeat, the
--- sweeper, stats and export run pg_leased's statements unchanged against the parent (Postgres
--- routes each row). Only claim_due names a partition. The partial indexes come from the template
+-- Split by hash of id, the primary key, so arm, commit_batch, the heartbeat, the sweeper, stats
+-- and export run pg_leased's statements unchanged against the parent (Postgres routes each row).
+-- Only claim_due names a partition (it reads the batch's states through the parent). The partial indexes come from the template
 -- as partitioned indexes: every partition has its own, as small as its share of the rows.
 CREATE TABLE IF NOT EXISTS {schema}.schedule (LIKE pg_temp.schedule INCLUDING ALL)
     PARTITION BY HASH (id);

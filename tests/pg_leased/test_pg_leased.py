@@ -385,3 +385,54 @@ async def test_split_state_updates_are_hot(isolated_dsn, schema, state_bytes, in
     # heartbeats, which touch lease_expires alone, can be. These batches never live long
     # enough for a heartbeat, so the schedule table's ratio is ~0 by design.
     assert sched_hot / max(sched_upd, 1) < 0.2
+
+
+@pytest.mark.parametrize("split_state", [True, False])
+async def test_fire_times_and_states_travel_exactly_through_claim_and_commit(pg_dsn, schema, split_state):
+    """The claim hands times over as float8 epoch seconds and commit_batch turns them back with
+    to_timestamp: every microsecond must come back as the timestamptz it was, or a redelivery
+    would record its effect under a second key. The claim also returns each row's poll state."""
+    s = await make(pg_dsn, schema, state_bytes=300, split_state=split_state, batch=100, max_per_tenant=100)
+    base = float(int(time.time()) - 100)  # all due already
+    fractions = [0.0, 0.000001, 0.999999, 0.5, 0.123456, 0.0005, 0.999, *(random.random() for _ in range(40))]
+    timers = [Timer(f"exact-{k:02d}", round(base + k + f, 6)) for k, f in enumerate(fractions)]
+    timers.append(Timer("exact-null", None))  # due when armed: its key is armed_at
+    try:
+        await s.arm(timers)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            state_col = "t.poll_state" if split_state else "s.poll_state"
+            rows = conn.execute(
+                f"""SELECT s.id, (extract(epoch FROM coalesce(s.next_fire_at, s.armed_at)) * 1000000)::bigint,
+                           {state_col}
+                      FROM {schema}.schedule s LEFT JOIN {schema}.state t ON t.id = s.id"""
+            ).fetchall()
+        armed_us = {i: due for i, due, _ in rows}
+        armed_state = {i: st for i, _, st in rows}
+        (statement,) = s._claim_statements()
+        claimed = await s._claim(statement, "probe", 0, 100)
+        assert sorted(c.fire.timer_id for c in claimed) == sorted(armed_us)
+        for c in claimed:
+            assert c.fire.due_at == armed_us[c.fire.timer_id] / 1e6
+            assert c.fire.state == armed_state[c.fire.timer_id] and len(c.fire.state) == 300
+        later = [round(base + 3600 + k + random.random(), 6) for k in range(len(claimed))]
+        outcomes = [Outcome(next_fire_at=t, new_state=None, effect=True) for t in later]
+        delivered = await s._commit(claimed, outcomes, "probe")
+        assert all(delivered.values()) and len(delivered) == len(claimed)
+        # the same fires again (a redelivery): every effect key exists already, nothing re-arms
+        again = await s._commit(claimed, outcomes, "probe")
+        assert not any(again.values())
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            effects = dict(
+                conn.execute(
+                    f"SELECT trigger_id, (extract(epoch FROM due_at) * 1000000)::bigint FROM {schema}.effects"
+                ).fetchall()
+            )
+            next_us = dict(
+                conn.execute(
+                    f"SELECT id, (extract(epoch FROM next_fire_at) * 1000000)::bigint FROM {schema}.schedule"
+                ).fetchall()
+            )
+        assert effects == armed_us
+        assert next_us == {c.fire.timer_id: round(t * 1e6) for c, t in zip(claimed, later)}
+    finally:
+        await s.teardown(drop=True)

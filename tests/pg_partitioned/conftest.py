@@ -58,14 +58,7 @@ def claim_buffers(conn: psycopg.Connection, scheduler: PgLeasedScheduler, statem
     (ANALYZE, BUFFERS) in a transaction that is rolled back, so it claims nothing. The planner
     is left free: this is the claim as the scheduler runs it."""
     explain = sql.Composed([sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "), statement])
-    params = {
-        "limit": scheduler.batch,
-        "max_per_tenant": scheduler.max_per_tenant,
-        "tenant_scan": scheduler.tenant_scan,
-        "overselect": scheduler.overselect,
-        "owner": "probe",
-        "lease_s": scheduler.lease_s,
-    }
+    params = scheduler.claim_params("probe", scheduler.batch)
     conn.execute("BEGIN")
     try:
         plan = conn.execute(explain, params).fetchone()[0][0]["Plan"]
