@@ -166,6 +166,9 @@ class TemporalShardsScheduler:
         # poller start + claim + commit, added to MaxLag in the lag bound: 5 s, what the
         # conformance suite measured on a loaded 2-core machine (MEASUREMENTS.md), not 2 s
         "poll_overhead_s": 5.0,
+        # a batch's re-arms wait this long for other batches' to go in the same signal per shard
+        # (not in the article, whose pollers re-arm one by one): at most this much later to a shard
+        "rearm_coalesce_s": 0.5,
         "ring_refresh_s": 1.0,  # callers re-read shard count and loads this often, seconds
         "sticky_timeout_s": 5.0,  # a dead worker's cached shards move after this, seconds
         "max_concurrent_activities": 32,  # batch activities per worker
@@ -263,6 +266,9 @@ class TemporalShardsScheduler:
         self._reported: dict[int, tuple[float, int]] = {}  # shard -> (reported_at, count) last seen
         self._placed: dict[int, int] = {}  # shard -> timers this process placed since that report
         self._view_lock = asyncio.Lock()
+        self.rearm_coalesce_s = float(o["rearm_coalesce_s"])
+        self._rearms: tuple[list[list], asyncio.Future] | None = None  # held re-arms, and their send
+        self._rearm_sends: set[asyncio.Future] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -286,6 +292,10 @@ class TemporalShardsScheduler:
             self.client = await temporal.connect(self.ctx)
 
     async def teardown(self, drop: bool = True) -> None:
+        # a held send whose batches are gone (a crashed worker) must not outlive the pool
+        for t in list(self._rearm_sends):
+            t.cancel()
+        await asyncio.gather(*self._rearm_sends, return_exceptions=True)
         if drop and self.client is not None:
             await self._terminate_workflows()
         pool, self.pool = self.pool, None
@@ -371,6 +381,40 @@ class TemporalShardsScheduler:
             self._placed[s] = self._placed.get(s, 0) + 1
             placed.append((s, t))
         await self.send_to(placed, key)
+
+    async def send_rearms(self, timers: list[list]) -> None:
+        """Re-arms of a committed batch, held up to ``rearm_coalesce_s`` so that the batches
+        finishing together reach each shard in one signal: every signal is a workflow task on its
+        shard (its sleep's timer cancelled and started again), and at a high rate those tasks,
+        not the batches, were most of the server's work (MEASUREMENTS.md). Returns once the
+        shards have them, as :meth:`send` does; a failed send fails every batch that waited."""
+        if self.rearm_coalesce_s <= 0:
+            await self.send(timers, key=uuid.uuid4().hex)
+            return
+        if self._rearms is None:
+            self._rearms = ([], asyncio.get_running_loop().create_future())
+            asyncio.get_running_loop().call_later(self.rearm_coalesce_s, self._send_held_rearms)
+        held, sent = self._rearms
+        held.extend(timers)
+        await asyncio.shield(sent)  # a cancelled batch leaves the others' send alone
+
+    def _send_held_rearms(self) -> None:
+        (held, sent), self._rearms = self._rearms, None
+
+        async def go() -> None:
+            try:
+                await self.send(held, key=uuid.uuid4().hex)
+            except asyncio.CancelledError:
+                sent.cancel()
+                raise
+            except Exception as e:
+                sent.set_exception(e)
+                sent.exception()  # retrieved: every waiter may be gone (a crash)
+            else:
+                sent.set_result(None)
+
+        self._rearm_sends.add(t := asyncio.ensure_future(go()))
+        t.add_done_callback(self._rearm_sends.discard)
 
     async def send_to(self, placed: Sequence[tuple[int, list]], key: str) -> None:
         """One signal-with-start per shard, each with its own idempotency key; a shard's timers

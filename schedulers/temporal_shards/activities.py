@@ -81,7 +81,7 @@ class ShardActivities:
                 if rearms:
                     await self.s.send(rearms, key=f"{owner}/{rounds}/recover")
                 if fires:
-                    await self._process(owner, processor, fires, inp.lease_s, f"{owner}/{rounds}")
+                    await self._process(owner, processor, fires, inp.lease_s)
                     fired += len(fires)
                 stale += len(todo) - len(fires) - len(waits) - len(rearms)
                 todo = list(waits)
@@ -123,7 +123,7 @@ class ShardActivities:
         ]
         return fires, waits, rearms
 
-    async def _process(self, owner, processor, fires, lease_s, key) -> None:
+    async def _process(self, owner, processor, fires, lease_s) -> None:
         ids = [f.timer_id for f in fires]
         beat = asyncio.create_task(self._heartbeat(owner, ids, lease_s))
         try:
@@ -137,11 +137,11 @@ class ShardActivities:
                         await asyncio.shield(self._release(owner, ids))
                 raise
             rearms, delivered = await self._commit(owner, fires, outcomes)
+            processor.committed(fires, [f.timer_id in delivered for f in fires])
+            if rearms:  # held a moment to share signals with other batches: still heartbeating
+                await self.s.send_rearms(rearms)
         finally:
             beat.cancel()
-        processor.committed(fires, [f.timer_id in delivered for f in fires])
-        if rearms:
-            await self.s.send(rearms, key=key)
 
     async def _heartbeat(self, owner: str, ids: list[str], lease_s: float) -> None:
         """A slow owner that is alive keeps its timers: Temporal heartbeat + Postgres lease."""

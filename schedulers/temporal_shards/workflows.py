@@ -40,6 +40,10 @@ from temporalio.workflow import ParentClosePolicy
 # Field positions of a timer list.
 E_ID, E_FIRE, E_VER, E_ARMED, E_TYPE, E_TENANT, E_PRIO = range(7)
 
+# The type of a message's timers: a bare list, so the payload converter copies the outer list and
+# keeps each timer as JSON decoded it (given ``list[list]`` it converts every timer in Python).
+Timers = list
+
 SHARD_WORKFLOW = "TimerShard"
 POLLER_WORKFLOW = "BatchPoller"
 CONTROLLER_WORKFLOW = "ShardController"
@@ -64,9 +68,17 @@ def timer_bytes(t: list) -> int:
     return len(json.dumps(t, separators=(",", ":"))) + 1
 
 
+def timers_bytes(timers: list[list]) -> int:
+    """The sum of :func:`timer_bytes` over ``timers``, from one encoding of the whole list (the
+    list's brackets and separators are one byte per timer and one more)."""
+    return len(json.dumps(timers, separators=(",", ":"))) - 1 if timers else 0
+
+
 def chunks(timers: list[list], max_bytes: int) -> list[list[list]]:
     """``timers`` in order, cut so that each piece encodes to at most ``max_bytes`` (a single
     timer larger than that travels alone; the caller refuses those first)."""
+    if timers and timers_bytes(timers) + 1 <= max_bytes:
+        return [list(timers)]  # the common case, without sizing each timer in Python
     out: list[list[list]] = []
     cur: list[list] = []
     size = 1  # the list's brackets, less the separator its last timer does not need
@@ -116,7 +128,7 @@ class ShardConfig:
 class ShardInput:
     shard: int
     config: ShardConfig
-    timers: list[list] = field(default_factory=list)  # the heap (and pending) carried forward
+    timers: Timers = field(default_factory=list)  # the heap (and pending) carried forward
     keys: list[str] = field(default_factory=list)  # recent idempotency keys
     continued: int = 0  # how many times this shard continued as new
 
@@ -138,14 +150,14 @@ def encoded_size(inp: ShardInput, converter) -> int:
 @dataclass
 class ArmSignal:
     key: str  # idempotency key: server-side signal de-dup does not cross Continue-As-New
-    timers: list[list]
+    timers: Timers
 
 
 @dataclass
 class BatchInput:
     shard: int
     type: str
-    timers: list[list]
+    timers: Timers
     lease_s: float
     retry_initial_s: float
     closed_by: str = ""  # CLOSED_FULL or CLOSED_MAX_LAG: why the shard flushed this batch
@@ -166,7 +178,7 @@ class UtilInput:
 @dataclass
 class ForwardInput:
     shard: int
-    timers: list[list]  # long-horizon candidates (or, splitting, the farthest timers), farthest first
+    timers: Timers  # long-horizon candidates (or, splitting, the farthest timers), farthest first
     grow: bool = False  # a split: grow the ring by one shard before placing
 
 
@@ -230,7 +242,7 @@ class ShardWorkflow:
             del self.keys[: len(self.keys) - KEYS_REMEMBERED]
         for t in sig.timers:
             self._put(t)
-            self.added_bytes += timer_bytes(t)
+        self.added_bytes += timers_bytes(sig.timers)
         self.dirty = True
 
     @workflow.query(name="count")

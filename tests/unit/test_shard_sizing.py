@@ -10,7 +10,14 @@ import pytest
 
 from schedulers.base import EXPECTED_TIMERS, BatchSizes, StoreContext, with_expected_timers
 from schedulers.temporal_shards import SHARDS_WHEN_UNKNOWN, TemporalShardsScheduler, initial_shards
-from schedulers.temporal_shards.workflows import ShardConfig, ShardInput, chunks, encoded_size, timer_bytes
+from schedulers.temporal_shards.workflows import (
+    ShardConfig,
+    ShardInput,
+    chunks,
+    encoded_size,
+    timer_bytes,
+    timers_bytes,
+)
 
 
 def test_production_population_starts_within_the_cap():
@@ -71,6 +78,17 @@ def test_signal_chunks_stay_under_their_byte_budget():
         assert len(json.dumps(p, separators=(",", ":"))) <= 4_000
     # a list of n timers: its brackets plus each timer and its separator, less the last separator
     assert sum(timer_bytes(t) for t in timers) + 1 == len(json.dumps(timers, separators=(",", ":")))
+    assert timers_bytes(timers) == sum(timer_bytes(t) for t in timers) and timers_bytes([]) == 0
+
+
+def test_a_list_that_fits_is_one_piece_and_one_byte_more_cuts_it():
+    timers = [[f"id-{i:05d}", 1.7e9 + i / 7, i, 1.7e9, "poll", f"tenant-{i % 9}", 0] for i in range(800)]
+    whole = len(json.dumps(timers, separators=(",", ":")))
+    assert chunks(timers, whole) == [timers]
+    cut = chunks(timers, whole - 1)
+    assert len(cut) == 2 and [t for p in cut for t in p] == timers
+    assert all(len(json.dumps(p, separators=(",", ":"))) <= whole - 1 for p in cut)
+    assert chunks([], 100) == []
 
 
 def test_the_report_reads_the_gauge_names_the_backends_write():
