@@ -601,6 +601,9 @@ class RunSession:
         await asyncio.sleep(max(0.0, start - time.time()))
         await self.sampler.window_start()
         self._window_opened = True
+        # False on a database where another run's window was open: its statements were not reset
+        # (the window's figures are the difference of two reads either way)
+        self.window["statements_reset"] = self.sampler.statements_reset
         # the run process's own CPU over the window (every thread: claim loops in-process, the
         # simulated provider, the recorder): what the harness spends per fire (the summary's
         # ``harness``)

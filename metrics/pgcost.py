@@ -5,13 +5,14 @@
 Server-wide means every database and every client: on a shared server, other work counts too.
 
 Statements: the window's cost of each statement is the difference of two reads of
-``pg_stat_statements`` (start and end of the window), restricted to this database; on the
+``pg_stat_statements`` (start and end of the window), restricted to this database. On the
 embedded server the entries of this database are reset at the start, so the first read is
-(nearly) empty. Postgres 18 files same-shaped statements under one entry when their tables carry
-the same names or aliases, whatever their schema (it jumbles names, not oids): only the window's
-difference is this run's, and a run sharing the server with another run of the same design
-would be counted in it too. Statements whose text
-carries ``timerbench-sampler`` are the sampler's own (``source`` = ``sampler``).
+(nearly) empty, unless another run's window is open on the same database: every open window
+holds an advisory lock shared, and a reset needs it alone. Postgres 18 files same-shaped
+statements under one entry when their tables carry the same names or aliases, whatever their
+schema (it jumbles names, not oids): only the window's difference is this run's, and a run
+sharing the server with another run of the same design would be counted in it too. Statements
+whose text carries ``timerbench-sampler`` are the sampler's own (``source`` = ``sampler``).
 """
 
 from __future__ import annotations
@@ -69,8 +70,24 @@ async def checkpoint(conn: psycopg.AsyncConnection) -> None:
     await conn.execute(SQL["checkpoint"])
 
 
-async def reset_statements(conn: psycopg.AsyncConnection, ext_schema: str) -> None:
-    await conn.execute(Queries(SQL_PATH, ext_schema)["statements_reset"])
+WINDOW_LOCK_KEY = 0x74696D6572  # the advisory lock every open window holds shared ("timer")
+
+
+async def open_statements_window(conn: psycopg.AsyncConnection, ext_schema: str, reset: bool) -> bool:
+    """Hold the window lock (shared) on ``conn`` until it closes, resetting this database's
+    statements first when asked and no other run's window is open; whether it reset. Runs that
+    share a database then never reset inside each other's windows: each window's figures are the
+    difference of its own two reads."""
+    key = {"key": WINDOW_LOCK_KEY}
+    if reset and (await (await conn.execute(SQL["window_try_reset_lock"], key)).fetchone())[0]:
+        try:
+            await conn.execute(Queries(SQL_PATH, ext_schema)["statements_reset"])
+            await conn.execute(SQL["window_hold_lock"], key)  # taken before the exclusive goes: no gap
+        finally:
+            await conn.execute(SQL["window_drop_reset_lock"], key)
+        return True
+    await conn.execute(SQL["window_hold_lock"], key)  # waits only for a reset under way
+    return False
 
 
 async def read_statements(conn: psycopg.AsyncConnection, ext_schema: str) -> dict[tuple, dict[str, Any]]:

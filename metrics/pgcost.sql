@@ -33,12 +33,25 @@ SELECT /* timerbench-sampler */ current_setting('server_version_num')::int AS ve
 CHECKPOINT
 
 -- name: statements_reset
--- At the window's start, on the embedded server only: this database's entries (other databases'
--- are left alone). Postgres 18 files same-shaped statements under one entry when their tables
--- carry the same names or aliases, whatever the schema, so without this an entry would carry
--- earlier runs' calls.
+-- At the window's start, on the embedded server only, and only while no other run's window is
+-- open (window_try_reset_lock): this database's entries (other databases' are left alone).
+-- The window's cost is the difference of two reads either way; the reset keeps the first read
+-- small and the entries of earlier runs from filling pg_stat_statements.max.
 SELECT /* timerbench-sampler */ {schema}.pg_stat_statements_reset(
     0::oid, (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()), 0::bigint)
+
+-- name: window_try_reset_lock
+-- The right to reset: only while no other run's window is open on this database (each open
+-- window holds the same advisory lock shared, and the lock is per database). A reset inside
+-- another run's window would drop the calls it counted since its start.
+SELECT /* timerbench-sampler */ pg_try_advisory_lock(%(key)s::bigint)
+
+-- name: window_hold_lock
+-- Held, shared, from the window's start read to its end read: no other run resets meanwhile.
+SELECT /* timerbench-sampler */ pg_advisory_lock_shared(%(key)s::bigint)
+
+-- name: window_drop_reset_lock
+SELECT /* timerbench-sampler */ pg_advisory_unlock(%(key)s::bigint)
 
 -- name: statements
 -- This database's top-level statements, cumulative; the window's cost is the difference of two

@@ -120,8 +120,9 @@ class Sampler:
     Postgres (which the sampler finds from its own connection). ``gauges``: the engine's own
     gauges, called with the sample time. ``every_s``: the sampling period (0: only at the
     window's edges, at the start and at the end). ``reset_statements``: reset this database's
-    pg_stat_statements entries at the window's start (the embedded server only; elsewhere the
-    window is the difference of two reads). ``claimed``: timers claimed so far by the workers'
+    pg_stat_statements entries at the window's start unless another run's window is open on the
+    database (the embedded server only; the window is the difference of two reads either way).
+    ``claimed``: timers claimed so far by the workers'
     schedulers (summed over nodes with ``--nodes``); by default the scheduler's own
     ``claimed_timers``."""
 
@@ -176,6 +177,8 @@ class Sampler:
         self._postmaster: int | None = None  # the local Postgres server's postmaster, when we can follow it
         self._lock = asyncio.Lock()
         self._statements0: dict[tuple, dict[str, Any]] | None = None
+        self._window_conn: psycopg.AsyncConnection | None = None  # holds the window lock (pgcost)
+        self.statements_reset = False  # whether this window's start reset the statements
         self.errors = 0
         self.last_error: str | None = None
 
@@ -217,6 +220,7 @@ class Sampler:
         )
 
     async def close(self) -> None:
+        await self._close_window_conn()
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
@@ -431,11 +435,15 @@ class Sampler:
         schema = self.extensions.get("pg_stat_statements")
         if self.dsn and schema:
             try:
-                async with await self._edge_conn() as conn:
-                    if self.reset_statements:
-                        await pgcost.reset_statements(conn, schema)
-                    self._statements0 = await asyncio.wait_for(pgcost.read_statements(conn, schema), EDGE_TIMEOUT_S)
+                # kept open to the window's end: it holds the lock that keeps other runs from
+                # resetting the statements inside this window
+                self._window_conn = conn = await self._edge_conn()
+                self.statements_reset = await asyncio.wait_for(
+                    pgcost.open_statements_window(conn, schema, self.reset_statements), EDGE_TIMEOUT_S
+                )
+                self._statements0 = await asyncio.wait_for(pgcost.read_statements(conn, schema), EDGE_TIMEOUT_S)
             except Exception as exc:
+                await self._close_window_conn()
                 self.unavailable["statements"] = f"pg_stat_statements could not be read at the window's start ({exc})"
                 self._note_error(exc)
         await self.sample(edge=True)
@@ -447,12 +455,24 @@ class Sampler:
         if not (self.dsn and schema) or self._statements0 is None:
             return
         try:
-            async with await self._edge_conn() as conn:
-                end = await asyncio.wait_for(pgcost.read_statements(conn, schema), EDGE_TIMEOUT_S)
+            conn = self._window_conn
+            if conn is None or conn.closed:  # lost since the start (a restarted server): the lock too
+                conn = self._window_conn = await self._edge_conn()
+            end = await asyncio.wait_for(pgcost.read_statements(conn, schema), EDGE_TIMEOUT_S)
             write_statements(self.run_dir, pgcost.statement_deltas(self._statements0, end))
         except Exception as exc:
             self.unavailable["statements"] = f"pg_stat_statements could not be read at the window's end ({exc})"
             self._note_error(exc)
+        finally:
+            await self._close_window_conn()
+
+    async def _close_window_conn(self) -> None:
+        conn, self._window_conn = self._window_conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
 
     async def bloat(self) -> None:
         """At the end of the run (the workers stopped): pgstattuple of every table the design owns
