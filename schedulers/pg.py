@@ -143,29 +143,32 @@ class ArmedRows:
 async def upsert_armed(pool: AsyncConnectionPool, q: Queries, timers: Sequence[Timer], state_bytes: int) -> ArmedRows:
     """Arm or move trigger rows by key for the designs whose time lives in Temporal: the design's
     ``arm_upsert`` (new fire time, version + 1) and, for ids it created, ``state_insert`` with
-    ``state_bytes`` of random (incompressible) poll state, in one transaction."""
+    ``state_bytes`` of random (incompressible) poll state, in one transaction. A design with an
+    ``arm_upsert_with_state`` statement writes a new row's state with the row instead: every
+    timer's state is sent, and the statement keeps it only for the rows it creates."""
     now = us(time.time())
     latest: dict[str, Timer] = {}
     for t in timers:  # one row can take one new fire time per statement: the last wins
         latest[t.id] = t
     ts = list(latest.values())
     fire_ats = [now if t.fire_at is None else us(t.fire_at) for t in ts]
+    params = {
+        "ids": [t.id for t in ts],
+        "types": [t.type for t in ts],
+        "tenants": [t.tenant_id for t in ts],
+        "priorities": [t.priority for t in ts],
+        "fire_ats": fire_ats,
+        "armed_at": now,
+    }
+    with_state = "arm_upsert_with_state" in q
+    if with_state:
+        params["states"] = [os.urandom(state_bytes) if state_bytes else None for _ in ts]
     async with pool.connection() as conn:
         async with conn.transaction():
-            cur = await conn.execute(
-                q["arm_upsert"],
-                {
-                    "ids": [t.id for t in ts],
-                    "types": [t.type for t in ts],
-                    "tenants": [t.tenant_id for t in ts],
-                    "priorities": [t.priority for t in ts],
-                    "fire_ats": fire_ats,
-                    "armed_at": now,
-                },
-            )
+            cur = await conn.execute(q["arm_upsert_with_state" if with_state else "arm_upsert"], params)
             rows = await cur.fetchall()
             new = [tid for tid, _, inserted in rows if inserted]
-            if new:
+            if new and not with_state:
                 await conn.execute(
                     q["state_insert"],
                     {"ids": new, "states": [os.urandom(state_bytes) if state_bytes else None for _ in new]},

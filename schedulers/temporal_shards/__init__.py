@@ -125,9 +125,14 @@ def parse_types(spec: str | Mapping[str, Any]) -> dict[str, list[float]]:
 
 class RowStateQueries:
     """The design's statements with the poll state in the trigger row (``state_in_row``): the
-    claim, the first state and the commit read and write the row's own ``state``."""
+    arm (a new trigger's first state goes in with its row), the claim and the commit read and
+    write the row's own ``state``."""
 
-    ALIASES = {"claim": "claim_row_state", "state_insert": "state_insert_row", "commit_rows": "commit_row_state"}
+    ALIASES = {
+        "claim": "claim_row_state",
+        "arm_upsert_with_state": "arm_upsert_row",
+        "commit_rows": "commit_row_state",
+    }
 
     def __init__(self, queries: Queries) -> None:
         self.queries = queries

@@ -37,6 +37,20 @@ SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.versio
     priority = EXCLUDED.priority
 RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
 
+-- name: arm_upsert_row
+-- arm_upsert with the poll state in the row (state_in_row): a new trigger's first state goes in
+-- with its row, one write instead of an insert and an update; a moved one keeps its state.
+INSERT INTO {schema}.trigger AS t (id, type, tenant_id, priority, fire_at, armed_at, version, attempt, state)
+SELECT a.id, a.type, a.tenant_id, a.priority, to_timestamp(a.fire_at), to_timestamp(%(armed_at)s), 1, 0, a.state
+FROM unnest(%(ids)s::text[], %(types)s::text[], %(tenants)s::text[], %(priorities)s::int[], %(fire_ats)s::float8[],
+            %(states)b::bytea[])
+     AS a(id, type, tenant_id, priority, fire_at, state)
+ON CONFLICT (id) DO UPDATE
+SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.version + 1, attempt = 0,
+    owner = NULL, lease_expires = NULL, type = EXCLUDED.type, tenant_id = EXCLUDED.tenant_id,
+    priority = EXCLUDED.priority
+RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
+
 -- name: state_insert
 -- Initial poll state for triggers the arm just created.
 INSERT INTO {schema}.trigger_state (id, state)
@@ -62,12 +76,6 @@ WITH b AS (
 )
 SELECT c.id, c.tenant_id, c.type, c.priority, c.attempt, c.due_at, c.armed_at, s.state
 FROM claimed c LEFT JOIN {schema}.trigger_state s ON s.id = c.id;
-
--- name: state_insert_row
--- Initial poll state in the trigger row (state_in_row, the default) for triggers the arm just created.
-UPDATE {schema}.trigger t SET state = u.state
-FROM unnest(%(ids)s::text[], %(states)b::bytea[]) AS u(id, state)
-WHERE t.id = u.id;
 
 -- name: claim_row_state
 -- The claim with the state in the row (state_in_row): sets the lease only, so the state's TOAST

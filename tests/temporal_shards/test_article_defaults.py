@@ -291,3 +291,32 @@ async def test_a_timer_over_the_2mb_limit_is_refused_with_the_fix(make_ctx):
         assert ids == ["ordinary"], ids
     finally:
         await s.teardown(drop=True)
+
+
+async def test_the_arm_writes_a_new_triggers_state_with_its_row_and_a_move_keeps_it(make_ctx, pg_dsn, schema):
+    """With the state in the row, a new trigger's first state goes in with its row (one heap write
+    per armed trigger, no insert-then-update), and moving an armed trigger leaves its state alone."""
+    ctx = make_ctx(TemporalShardsScheduler, state_bytes=4096)
+    s = TemporalShardsScheduler(ctx, **FAST)
+    await s.setup()
+    rows = sql.SQL("SELECT id, state, version, ctid::text FROM {} ORDER BY id").format(
+        sql.Identifier(schema, "trigger")
+    )
+    try:
+        await s.arm([Timer(f"st-{i}", time.time() + 3600) for i in range(10)])
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            first = conn.execute(rows).fetchall()
+        assert [r[0] for r in first] == [f"st-{i}" for i in range(10)]
+        assert all(len(state) == 4096 and version == 1 for _, state, version, _ in first)
+        # ten rows inserted into an empty table sit at line pointers 1-10 of its first page; an
+        # update of each in the same transaction would have put their live versions at 11-20
+        assert sorted(ctid for *_, ctid in first) == sorted(f"(0,{k})" for k in range(1, 11))
+        await s.arm([Timer(f"st-{i}", time.time() + 7200) for i in range(5)] + [Timer("st-new", time.time() + 3600)])
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            after = {r[0]: r for r in conn.execute(rows).fetchall()}
+        for tid, state, version, _ in first:
+            moved = tid in {f"st-{i}" for i in range(5)}
+            assert after[tid][1] == state and after[tid][2] == version + (1 if moved else 0), tid
+        assert len(after["st-new"][1]) == 4096 and after["st-new"][2] == 1
+    finally:
+        await s.teardown(drop=True)
