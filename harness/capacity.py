@@ -10,6 +10,7 @@ steps (``bench report`` of the directory) has a capacity section (:mod:`reports.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,6 +133,31 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
     return True, None, figures
 
 
+def arm_into_window_s(run_dir: Path | None) -> float | None:
+    """Seconds the population's arm ran into the step's measured window (None: it ended before)."""
+    if run_dir is None or not (Path(run_dir) / rundir.CONFIG).exists():
+        return None
+    try:
+        w = json.loads((Path(run_dir) / rundir.CONFIG).read_text()).get("window") or {}
+    except ValueError:  # cut short by a kill
+        return None
+    end, start = w.get("arming_end"), w.get("measure_start")
+    if end is None or start is None or float(end) <= float(start):
+        return None
+    return min(float(end), float(w.get("measure_end", end))) - float(start)
+
+
+def rerun_warmup_s(held: bool, into_window_s: float | None, warmup_s: float, rerun: bool) -> float | None:
+    """The warm-up to run a step again with, or None to keep its verdict: a step that did not hold
+    while its population was still being armed in the window measured the arm too (its writes,
+    its signals, the CPU it took from the fires), not the rate; it runs once more, with a warm-up
+    longer by what the arm overran, doubled at least (on a shared machine an arm's pace varies
+    2-4x from one step to the next)."""
+    if held or into_window_s is None or rerun:
+        return None
+    return max(2.0 * warmup_s, warmup_s + 2.0 * into_window_s)
+
+
 def _slo_thresholds(slo: str):
     from reports.thresholds import parse_thresholds
 
@@ -230,17 +256,43 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     while (nxt := search.next_rate()) is not None:
         rate, confirm = nxt
         label = f"{plan.scheduler} at {rate:g}/s" + (" (confirmation)" if confirm else "") + ": "
-        child = bench_run(
-            plan.scheduler, out, ["--rate", f"{rate:g}/s", "--warmup", f"{warmup_s:g}s", *args], echo, label=label
-        )
-        if child.run_dir is not None:
-            run_dirs.append(str(child.run_dir))
-        if child.exit_code not in (0, accounting.EXIT_INCORRECT):
-            failures.append(failed_run(plan.scheduler, child))
-        if child.interrupted:
-            interrupted = True
+        step_warmup_s, rerun = warmup_s, False
+        while True:
+            child = bench_run(
+                plan.scheduler,
+                out,
+                ["--rate", f"{rate:g}/s", "--warmup", f"{step_warmup_s:g}s", *args],
+                echo,
+                label=label,
+            )
+            if child.run_dir is not None:
+                run_dirs.append(str(child.run_dir))
+            if child.exit_code not in (0, accounting.EXIT_INCORRECT):
+                failures.append(failed_run(plan.scheduler, child))
+            if child.interrupted:
+                interrupted = True
+                break
+            held, why, figures = judge_step(child.run_dir, child.exit_code, plan.slo)
+            into = arm_into_window_s(child.run_dir)
+            again = rerun_warmup_s(held, into, step_warmup_s, rerun)
+            if again is None:
+                if into is not None and not held:
+                    why = f"{why}; the population was still being armed {into:.1f} s into the window"
+                break
+            echo(
+                f"== {label}not sustained while the population was still being armed {into:.1f} s into the "
+                f"window: the step again, with a {again:g}s warm-up\n"
+            )
+            figures_before = {
+                "run_dir": str(child.run_dir) if child.run_dir else None,
+                "why": why,
+                "arm_into_window_s": into,
+            }
+            step_warmup_s, rerun = again, True
+        if interrupted:
             break
-        held, why, figures = judge_step(child.run_dir, child.exit_code, plan.slo)
+        if rerun:
+            figures = {**figures, "warmup_s": step_warmup_s, "rerun_after": figures_before}
         search.record(rate, held, why, str(child.run_dir) if child.run_dir else None, figures)
         echo(f"== {label}" + ("sustained" if held else f"NOT sustained ({why})") + "\n")
         data["search"] = search.to_json()

@@ -359,6 +359,16 @@ def compute_summary(
             f"warm-up {warmup_s:.1f} s is shorter than the longest interval ({float(interval_max_s):.1f} s): "
             f"some triggers had not re-armed when the window opened"
         )
+    arming_end = window.get("arming_end")
+    if arming_end is not None and float(arming_end) > measure_start + 1e-6:
+        # the window then carries the arm's writes, and the first fires of timers armed after
+        # they were due: its CPU and lag figures are not the design's steady state
+        into = min(float(arming_end), measure_end) - measure_start
+        not_steady.append(
+            f"the population was still being armed {into:.1f} s into the {measured_s:.0f} s window"
+            + (" (arming had not finished when it closed)" if float(arming_end) >= measure_end else "")
+            + ": its writes and late first fires are in the window's figures; a longer --warmup or a lower rate"
+        )
     skipped = load.get("skipped_periods_in_window")
 
     lost = (outcomes["lost"] or 0) + (acc["lost_in_warmup"] or 0)

@@ -43,7 +43,7 @@ def run_checks(run: Run) -> list[Check]:
             "unknown"
             if cycles is None
             else f"{cycles:.2f} cycles per trigger in the window"
-            + ("" if s.get("steady_state") else " (needs ≥ 2, and a warm-up of one maximum interval)"),
+            + ("" if s.get("steady_state") else " (needs ≥ 2, a warm-up of one maximum interval, and the arm done)"),
         )
     )
     lost = lost_total(run)

@@ -36,7 +36,7 @@ def row(tid, due, fired, armed=0.0, attempt=1, effect=False, external=False, hel
     }
 
 
-def write_run(tmp_path, rows, load=None):
+def write_run(tmp_path, rows, load=None, window=None):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     rundir.write_json(
@@ -44,7 +44,7 @@ def write_run(tmp_path, rows, load=None):
         {
             "scheduler": "x",
             "workload": WORKLOAD,
-            "window": WINDOW,
+            "window": window or WINDOW,
             "load": load or {"periodic_triggers": 5, "interval_max_s": 10.0, "skipped_periods_in_window": 0},
         },
     )
@@ -127,6 +127,14 @@ def test_cycles_per_trigger_and_steady_state(tmp_path):
         write_run(tmp_path / "short", ROWS, load={"periodic_triggers": 3, "interval_max_s": 30.0})
     )
     assert s["steady_state"] is False and any("shorter than the longest interval" in w for w in s["warnings"])
+
+    steady = {"periodic_triggers": 3, "interval_max_s": 10.0}
+    for arming_end, said in ((9.0, None), (13.0, "armed 3.0 s into the 10 s window:"), (20.5, "had not finished")):
+        d = tmp_path / f"armed-{arming_end:g}"
+        d.mkdir()  # the population's arm ended before the window, inside it, after it
+        s = accounting.compute_summary(write_run(d, ROWS, load=steady, window={**WINDOW, "arming_end": arming_end}))
+        assert s["steady_state"] is (said is None), arming_end
+        assert (said is None) or any("population was still being armed" in w and said in w for w in s["warnings"])
 
 
 def test_undelivered_fires_the_backend_was_not_asked_about_are_pending_and_said(tmp_path):
