@@ -42,7 +42,7 @@ from harness.sweep import DEFAULT_WORKLOAD, DEFAULT_WORKLOAD_ARGS, default_warmu
     default=12,
     show_default=True,
     type=click.IntRange(2, 100),
-    help="Runs at most, confirmation included.",
+    help="Steps at most, confirmation included (a step run again because its arm ran into its window counts once).",
 )
 @click.option("--duration", default="30s", show_default=True, help="Measured window of each step.")
 @click.option(

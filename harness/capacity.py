@@ -155,7 +155,7 @@ def rerun_warmup_s(held: bool, into_window_s: float | None, warmup_s: float, rer
     2-4x from one step to the next)."""
     if held or into_window_s is None or rerun:
         return None
-    return max(2.0 * warmup_s, warmup_s + 2.0 * into_window_s)
+    return round(max(2.0 * warmup_s, warmup_s + 2.0 * into_window_s), 1)
 
 
 def _slo_thresholds(slo: str):
