@@ -10,7 +10,6 @@ steps (``bench report`` of the directory) has a capacity section (:mod:`reports.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +113,7 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
         "wal_bytes_per_fire": (s.get("per_fire") or {}).get("wal_bytes"),
         "checks": [[t, m, ok] for t, m, ok in verdict.checks],
         "trend": trend.to_json() if trend else None,
+        "arm_into_window_s": s.get("arming_into_window_s"),
         "exit_code": exit_code,
     }
     if exit_code not in (0, accounting.EXIT_INCORRECT):
@@ -131,20 +131,6 @@ def judge_step(run_dir: Path | None, exit_code: int, slo: str | None) -> tuple[b
             figures,
         )
     return True, None, figures
-
-
-def arm_into_window_s(run_dir: Path | None) -> float | None:
-    """Seconds the population's arm ran into the step's measured window (None: it ended before)."""
-    if run_dir is None or not (Path(run_dir) / rundir.CONFIG).exists():
-        return None
-    try:
-        w = json.loads((Path(run_dir) / rundir.CONFIG).read_text()).get("window") or {}
-    except ValueError:  # cut short by a kill
-        return None
-    end, start = w.get("arming_end"), w.get("measure_start")
-    if end is None or start is None or float(end) <= float(start):
-        return None
-    return min(float(end), float(w.get("measure_end", end))) - float(start)
 
 
 def rerun_warmup_s(held: bool, into_window_s: float | None, warmup_s: float, rerun: bool) -> float | None:
@@ -273,7 +259,7 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
                 interrupted = True
                 break
             held, why, figures = judge_step(child.run_dir, child.exit_code, plan.slo)
-            into = arm_into_window_s(child.run_dir)
+            into = figures.get("arm_into_window_s")
             again = rerun_warmup_s(held, into, step_warmup_s, rerun)
             if again is None:
                 if into is not None and not held:
@@ -283,11 +269,7 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
                 f"== {label}not sustained while the population was still being armed {into:.1f} s into the "
                 f"window: the step again, with a {again:g}s warm-up\n"
             )
-            figures_before = {
-                "run_dir": str(child.run_dir) if child.run_dir else None,
-                "why": why,
-                "arm_into_window_s": into,
-            }
+            figures_before = {"run_dir": str(child.run_dir) if child.run_dir else None, "why": why, **figures}
             step_warmup_s, rerun = again, True
         if interrupted:
             break

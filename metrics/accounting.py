@@ -359,11 +359,13 @@ def compute_summary(
             f"warm-up {warmup_s:.1f} s is shorter than the longest interval ({float(interval_max_s):.1f} s): "
             f"some triggers had not re-armed when the window opened"
         )
+    # seconds the population's arm ran into the window (None: it ended before, or is unknown):
+    # the window then carries the arm's writes, and the first fires of timers armed after they
+    # were due, so its CPU and lag figures are not the design's steady state
     arming_end = window.get("arming_end")
+    arming_into = None
     if arming_end is not None and float(arming_end) > measure_start + 1e-6:
-        # the window then carries the arm's writes, and the first fires of timers armed after
-        # they were due: its CPU and lag figures are not the design's steady state
-        into = min(float(arming_end), measure_end) - measure_start
+        arming_into = into = min(float(arming_end), measure_end) - measure_start
         not_steady.append(
             f"the population was still being armed {into:.1f} s into the {measured_s:.0f} s window"
             + (" (arming had not finished when it closed)" if float(arming_end) >= measure_end else "")
@@ -433,6 +435,7 @@ def compute_summary(
         "warmup_s": warmup_s,
         "drained_s": window.get("drained_s"),
         "cycles_per_trigger": cycles,
+        "arming_into_window_s": arming_into,
         "steady_state": None if cycles is None else not not_steady,
         "on_time_s": on_time_s,
         "outcomes": outcomes,

@@ -42,6 +42,7 @@ SUMMARY_KEYS = {
     "warmup_s",
     "drained_s",
     "cycles_per_trigger",
+    "arming_into_window_s",
     "steady_state",
     "on_time_s",
     "outcomes",

@@ -127,13 +127,15 @@ def test_cycles_per_trigger_and_steady_state(tmp_path):
         write_run(tmp_path / "short", ROWS, load={"periodic_triggers": 3, "interval_max_s": 30.0})
     )
     assert s["steady_state"] is False and any("shorter than the longest interval" in w for w in s["warnings"])
+    assert s["arming_into_window_s"] is None  # no arm recorded (killed before it ended): not said
 
     steady = {"periodic_triggers": 3, "interval_max_s": 10.0}
-    for arming_end, said in ((9.0, None), (13.0, "armed 3.0 s into the 10 s window:"), (20.5, "had not finished")):
+    cases = ((9.0, None, None), (13.0, 3.0, "armed 3.0 s into the 10 s window:"), (20.5, 10.0, "had not finished"))
+    for arming_end, into, said in cases:
         d = tmp_path / f"armed-{arming_end:g}"
-        d.mkdir()  # the population's arm ended before the window, inside it, after it
+        d.mkdir()  # the population's arm ended before the window, inside it, after it (cut at its end)
         s = accounting.compute_summary(write_run(d, ROWS, load=steady, window={**WINDOW, "arming_end": arming_end}))
-        assert s["steady_state"] is (said is None), arming_end
+        assert s["arming_into_window_s"] == into and s["steady_state"] is (said is None), arming_end
         assert (said is None) or any("population was still being armed" in w and said in w for w in s["warnings"])
 
 
