@@ -623,13 +623,14 @@ class TemporalShardsScheduler:
         second, so a signal lost in a Temporal outage leaves a row that no shard will ever fire
         (migration reconcile must see that as drift). The shards answer a query, which a worker
         on this scheduler's task queue serves: call this while one runs. A shard reports what it
-        handed to batch pollers lately too (until their claim leases the rows); a timer between
-        a commit and its re-arm signal is briefly in neither, and reconcile re-reads before it
-        calls anything drift.
+        handed to batch pollers lately too (until their claim leases the rows). A timer between
+        its batch's commit and the re-arm signal (held up to ``rearm_coalesce_s``) counts as in
+        flight for a lease after the commit, as the batch's retry would re-send it; past that it
+        is missing.
         """
         await self._connect()
         async with self.pool.connection() as conn:
-            rows = await (await conn.execute(self.q["export_armed"])).fetchall()
+            rows = await (await conn.execute(self.q["export_armed"], {"lease_s": self.options["lease_s"]})).fetchall()
             n = (await (await conn.execute(self.q["ring_read"])).fetchone())[0]
         # rows first, shards second: a re-arm in between only raises the shard's version
         held: dict[str, int] = {}

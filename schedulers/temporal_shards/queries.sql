@@ -26,7 +26,8 @@ RETURNING shard_count;
 
 -- name: arm_upsert
 -- Arm or move: a new fire time bumps the version (older copies on any shard go stale) and
--- drops any lease, since the newer arm wins over an in-flight fire.
+-- drops any lease, since the newer arm wins over an in-flight fire; no batch answers for the
+-- row any more (committed_batch: see export_armed).
 INSERT INTO {schema}.trigger AS t (id, type, tenant_id, priority, fire_at, armed_at, version, attempt)
 SELECT a.id, a.type, a.tenant_id, a.priority, to_timestamp(a.fire_at), to_timestamp(%(armed_at)s), 1, 0
 FROM unnest(%(ids)s::text[], %(types)s::text[], %(tenants)s::text[], %(priorities)s::int[], %(fire_ats)s::float8[])
@@ -34,7 +35,7 @@ FROM unnest(%(ids)s::text[], %(types)s::text[], %(tenants)s::text[], %(prioritie
 ON CONFLICT (id) DO UPDATE
 SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.version + 1, attempt = 0,
     owner = NULL, lease_expires = NULL, type = EXCLUDED.type, tenant_id = EXCLUDED.tenant_id,
-    priority = EXCLUDED.priority
+    priority = EXCLUDED.priority, committed_batch = NULL
 RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
 
 -- name: arm_upsert_row
@@ -48,7 +49,7 @@ FROM unnest(%(ids)s::text[], %(types)s::text[], %(tenants)s::text[], %(prioritie
 ON CONFLICT (id) DO UPDATE
 SET fire_at = EXCLUDED.fire_at, armed_at = EXCLUDED.armed_at, version = t.version + 1, attempt = 0,
     owner = NULL, lease_expires = NULL, type = EXCLUDED.type, tenant_id = EXCLUDED.tenant_id,
-    priority = EXCLUDED.priority
+    priority = EXCLUDED.priority, committed_batch = NULL
 RETURNING t.id, t.version, (t.xmax = 0) AS inserted;
 
 -- name: state_insert
@@ -215,9 +216,13 @@ FROM {schema}.shard_util ORDER BY shard;
 -- name: export_armed
 -- Migration backfill and reconcile only; never on the dispatch path. The rows with a fire time,
 -- their version (a shard must hold this version for the timer to be armed) and whether a batch
--- holds them under a live lease (in flight: the batch re-arms them at commit).
+-- still answers for them (in flight): under a live lease (it re-arms them at commit), or
+-- committed by it less than a lease ago, its re-arm signal on the way (held to share a signal
+-- with other batches, or re-sent by the batch's retry after a crash).
 SELECT id, extract(epoch FROM fire_at)::float8 AS fire_at, type, tenant_id, priority, version,
-       (owner IS NOT NULL AND lease_expires > now()) AS in_flight
+       ((owner IS NOT NULL AND lease_expires > now())
+        OR (owner IS NULL AND committed_batch IS NOT NULL
+            AND armed_at > now() - make_interval(secs => %(lease_s)s))) AS in_flight
 FROM {schema}.trigger WHERE fire_at IS NOT NULL;
 
 -- name: disarm

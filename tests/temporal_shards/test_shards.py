@@ -278,3 +278,24 @@ async def test_shard_continues_as_new_when_the_server_suggests_it(tmp_path, pg_d
             await finish(s, runner)
     finally:
         await asyncio.to_thread(dev.stop)
+
+
+async def test_a_committed_timer_whose_rearm_is_held_still_counts_as_armed(make_ctx):
+    """Between a batch's commit and its re-arm signal (held up to ``rearm_coalesce_s`` to share a
+    signal with other batches) no shard holds the timer's new version and no lease is live; the
+    batch still answers for it, so a reconcile must not read it as missing meanwhile."""
+    s = await started(make_ctx, rearm_coalesce_s=3.0, lease_s=10.0)
+    runner = Runner(s)
+    try:
+        proc = Rearming(every_s=600.0, times=2)
+        runner.start(proc, "w1")
+        timers = [Timer(f"held-{i}", time.time()) for i in range(20)]
+        await s.arm(timers)
+        ids = {t.id for t in timers}
+        assert await wait_until(lambda: {tid for tid, _ in proc.delivered} >= ids, 15), "the timers did not fire"
+        # committed; their re-arms wait up to 3 s for company
+        assert ids <= {t.id for t in await s.export_armed()}
+        await asyncio.sleep(3.5)  # sent: the shards hold the new versions
+        assert ids <= {t.id for t in await s.export_armed()}
+    finally:
+        await finish(s, runner)
