@@ -288,13 +288,16 @@ def run_capacity(plan: CapacityPlan, echo: Callable[[str], None]) -> CapacityRes
     if search.result and plan.calibration is not None and not interrupted:
         data["harness"] = harness_ceiling(plan.calibration(search.result, out), search.result)
         interrupted = data["harness"].pop("interrupted")
-    html = finish(data, path, run_dirs, failures, interrupted)
+    html = finish(data, path, run_dirs, failures, interrupted, slo=plan.slo)
     return CapacityResult(data, path, html, interrupted)
 
 
-def finish(data: dict[str, Any], path: Path, run_dirs: list[str], failures: list, interrupted: bool) -> Path | None:
+def finish(
+    data: dict[str, Any], path: Path, run_dirs: list[str], failures: list, interrupted: bool, slo: str | None = None
+) -> Path | None:
     """The last write of a search's (or a scale's) JSON beside its steps, then the report of the
-    steps (None: no step made a run directory)."""
+    steps (None: no step made a run directory), its answer judged by the SLO the steps were
+    (``slo``: the search's --slo; None, the report's default)."""
     from reports.report import write_report
 
     data["finished_at"] = time.time()
@@ -304,5 +307,5 @@ def finish(data: dict[str, Any], path: Path, run_dirs: list[str], failures: list
     rundir.write_json(path, data)
     if not run_dirs:
         return None
-    write_report(run_dirs, html, md, failures=failures)
+    write_report(run_dirs, html, md, failures=failures, slo=slo)
     return html

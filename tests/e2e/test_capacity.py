@@ -22,6 +22,8 @@ def test_a_short_search_on_memory_records_every_step_and_reports_it(bench, tmp_p
         "200/s",
         "--max-steps",
         "3",
+        "--slo",
+        "p99<5s,lost=0",
         "--out",
         str(tmp_path),
         *SHORT,
@@ -51,7 +53,10 @@ def test_a_short_search_on_memory_records_every_step_and_reports_it(bench, tmp_p
     assert "capacity of memory:" in res.stdout
     page = (cap_dir / "report.html").read_text()
     assert 'id="capacity"' in page and "figure-capacity-p99" in page
-    assert "## Capacity search" in (cap_dir / "report.md").read_text()
+    md = (cap_dir / "report.md").read_text()
+    assert "## Capacity search" in md
+    # the answer judges each step by the search's --slo, not the report's default
+    assert "p99<5s" in md.split("## Capacity search")[0] and "lag_p99<=10s" not in md
 
 
 def test_a_bad_slo_is_a_usage_error(bench, tmp_path):
