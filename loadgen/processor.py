@@ -44,6 +44,7 @@ numpy operations over the batch.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import time
@@ -182,9 +183,7 @@ class PollingProcessor:
                     sent[order[start:]] = True
                     self._external(fires, batch.event & sent & (batch.finish <= time.time()))
                     raise
-            sent = np.zeros(n, bool)
-            sent[group] = True
-            self._external(fires, batch.event & sent)
+            self._external_at(fires, group[batch.event[group]])
             yield group.tolist(), self._decide(batch, group)
             start = end
 
@@ -259,11 +258,11 @@ class PollingProcessor:
             new_slot = np.where(err, slot if self.fixed else nxt, new_slot)
             self.errors_in_row[e_idx] += 1
         self.errors_in_row[idx[~err & known]] = 0
-        nxt = np.round(nxt, 6)
+        nxt = nxt.round(6)
         finished = batch.received >= self.rearm_until  # the drain: arming has stopped
         upd = known & newest
         self.armed_due[idx[upd]] = np.nan if finished else nxt[upd]
-        self.slot_due[idx[upd]] = np.round(new_slot[upd], 6)
+        self.slot_due[idx[upd]] = new_slot[upd].round(6)
         self.armed_at[idx[upd]] = time.time()
 
         states: list[bytes | None] = [None] * n
@@ -297,8 +296,11 @@ class PollingProcessor:
 
     def _external(self, fires: Sequence[Fire], sent: np.ndarray) -> None:
         """The external effects of these polls happened (outside the backend's transaction)."""
-        if sent.any():
-            which = [fires[i] for i in np.flatnonzero(sent).tolist()]
+        self._external_at(fires, np.flatnonzero(sent))
+
+    def _external_at(self, fires: Sequence[Fire], positions: np.ndarray) -> None:
+        if len(positions):
+            which = [fires[i] for i in positions.tolist()]
             self.recorder.external(which)
             self.external_effects += len(which)
 
@@ -307,8 +309,6 @@ class PollingProcessor:
 
     @staticmethod
     def _minus_ones(n: int):
-        import itertools
-
         return itertools.repeat(-1, n)
 
     # -- the provider ---------------------------------------------------------------------
