@@ -7,10 +7,8 @@ beyond the :class:`Fire` handed to the processor.
 
 Leases work as in the Postgres designs so the lease promises mean the same thing here: a claim
 records ``(owner, lease_expires)``, a heartbeat task extends the leases of in-flight batches
-every ``lease_s / 3``, and every claim loop sweeps expired leases back to due. The lease queue
-holds one item per claimed batch, not per fire: a batch that finished is dropped from its
-owner's list and its queue item is skipped, so a fire costs no lease-queue push or pop. Several
-``run`` loops on one instance share the store (one event loop, so no locks are needed).
+every ``lease_s / 3``, and every claim loop sweeps expired leases back to due. Several ``run``
+loops on one instance share the store (one event loop, so no locks are needed).
 """
 
 from __future__ import annotations
@@ -83,15 +81,11 @@ class MemoryScheduler:
         )
         self._entries: dict[str, _Entry] = {}
         self._due: list[tuple[float, int, str, int]] = []  # (fire_at, seq, id, version)
-        # (lease_expires, batch key): one item per claimed batch, pushed again by each heartbeat
-        self._leased: list[tuple[float, int]] = []
-        self._lease_batches: dict[int, list[tuple[str, int]]] = {}  # batch key -> (id, version) it claimed
-        self._batch_keys = itertools.count()
+        self._leased: list[tuple[float, str, int]] = []  # (lease_expires, id, version)
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._effects: set[tuple[str, float]] = set()
-        self._held: dict[str, set[int]] = {}  # owner -> keys of its batches in flight, for heartbeats
-        self._owned = 0  # entries with an owner (in flight), kept as they change: stats() reads it
+        self._held: dict[str, set[str]] = {}  # owner -> ids it holds, for heartbeats
         self.claimed_timers = 0  # schedulers.base: every lease taken, re-claims included
         self.last_tick_at = 0.0
         self.fires = 0
@@ -105,9 +99,7 @@ class MemoryScheduler:
             self._entries.clear()
             self._due.clear()
             self._leased.clear()
-            self._lease_batches.clear()
             self._effects.clear()
-            self._owned = 0
 
     def relations(self) -> list[str]:
         return []
@@ -129,9 +121,7 @@ class MemoryScheduler:
                 e.fire_at = fire_at
                 e.armed_at = now
                 e.version += 1
-                if e.owner is not None:
-                    e.owner = None
-                    self._owned -= 1
+                e.owner = None
                 e.attempt = 0
             heapq.heappush(due, (fire_at, next(seq), t.id, e.version))
         self._wake.set()
@@ -145,18 +135,12 @@ class MemoryScheduler:
     async def disarm(self, ids: Sequence[str]) -> int:
         """Migration reconcile only: forget these timers (their heap items go stale; a batch
         holding one in flight finds no entry at commit and re-arms nothing)."""
-        gone = 0
-        for tid in ids:
-            e = self._entries.pop(tid, None)
-            if e is not None:
-                gone += 1
-                self._owned -= e.owner is not None
-        return gone
+        return sum(self._entries.pop(tid, None) is not None for tid in ids)
 
     async def stats(self) -> dict[str, float]:
         return {
             "armed": float(len(self._entries)),
-            "in_flight": float(self._owned),
+            "in_flight": float(sum(1 for e in self._entries.values() if e.owner)),
             "claimed_timers": float(self.claimed_timers),
             "fires": float(self.fires),
             "recovered_leases": float(self.recovered),
@@ -166,34 +150,21 @@ class MemoryScheduler:
 
     def _sweep_expired(self, now: float) -> None:
         leased = self._leased
-        entries = self._entries
         while leased and leased[0][0] <= now:
-            _, key = heapq.heappop(leased)
-            claimed = self._lease_batches.get(key)
-            if claimed is None:
-                continue  # the batch finished
-            live = False
-            for tid, version in claimed:
-                e = entries.get(tid)
-                if e is None or e.version != version or e.owner is None:
-                    continue  # finished or moved
-                if e.lease_expires > now:
-                    live = True  # heartbeated since: a newer queue item covers it
-                    continue
-                e.owner = None
-                self._owned -= 1
-                self.recovered += 1
-                heapq.heappush(self._due, (e.fire_at, next(self._seq), tid, version))
-            if not live:
-                self._lease_batches.pop(key, None)  # a crashed batch: nothing of it is left to recover
+            expires, tid, version = heapq.heappop(leased)
+            e = self._entries.get(tid)
+            if e is None or e.version != version or e.owner is None or e.lease_expires > now:
+                continue  # finished, moved, or heartbeated since
+            e.owner = None
+            self.recovered += 1
+            heapq.heappush(self._due, (e.fire_at, next(self._seq), tid, version))
 
-    def _claim(self, now: float, owner: str, batch_no: int, limit: int) -> tuple[int, list[tuple[Fire, int]]]:
-        """Claim up to ``limit`` due timers for ``owner``: (the batch's lease key, its fires)."""
+    def _claim(self, now: float, owner: str, batch_no: int, limit: int) -> list[tuple[Fire, int]]:
         due = self._due
         entries = self._entries
         out: list[tuple[Fire, int]] = []
-        claimed: list[tuple[str, int]] = []
         expires = now + self.lease_s
+        held = self._held.setdefault(owner, set())
         while due and due[0][0] <= now and len(out) < limit:
             fire_at, _, tid, version = heapq.heappop(due)
             e = entries.get(tid)
@@ -202,7 +173,8 @@ class MemoryScheduler:
             e.owner = owner
             e.lease_expires = expires
             e.attempt += 1
-            claimed.append((tid, version))
+            held.add(tid)
+            heapq.heappush(self._leased, (expires, tid, version))
             t = e.timer
             out.append(
                 (
@@ -213,14 +185,7 @@ class MemoryScheduler:
                 )
             )
         self.claimed_timers += len(out)
-        self._owned += len(out)
-        key = -1
-        if out:
-            key = next(self._batch_keys)
-            self._lease_batches[key] = claimed
-            self._held.setdefault(owner, set()).add(key)
-            heapq.heappush(self._leased, (expires, key))
-        return key, out
+        return out
 
     async def run(self, processors: Mapping[str, Processor], stop: asyncio.Event, worker_id: str | None = None) -> None:
         owner = worker_id or f"mem-{os.getpid()}-{id(stop):x}"
@@ -236,11 +201,11 @@ class MemoryScheduler:
                 now = time.time()
                 self.last_tick_at = now
                 self._sweep_expired(now)
-                key, claimed = self._claim(now, owner, batch_no, room)
+                claimed = self._claim(now, owner, batch_no, room)
                 loop.give_back(room - len(claimed))
                 if claimed:
                     batch_no += 1
-                    loop.start_stream(self._process, processors, claimed, owner, key, size=len(claimed))
+                    loop.start_stream(self._process, processors, claimed, owner, size=len(claimed))
                     if len(claimed) == room:
                         continue  # more may be due now
                 # Caught up: wait for the next due timer, but at least coalesce_s, so that at
@@ -257,43 +222,36 @@ class MemoryScheduler:
         while True:
             await asyncio.sleep(interval)
             expires = time.time() + self.lease_s
-            for key in self._held.get(owner, ()):
-                for tid, version in self._lease_batches.get(key, ()):
-                    e = self._entries.get(tid)
-                    if e is not None and e.owner == owner and e.version == version:
-                        e.lease_expires = expires
-                heapq.heappush(self._leased, (expires, key))
+            for tid in self._held.get(owner, ()):
+                e = self._entries.get(tid)
+                if e is not None and e.owner == owner:
+                    e.lease_expires = expires
+                    heapq.heappush(self._leased, (expires, tid, e.version))
 
     async def _process(
         self,
         processors: Mapping[str, Processor],
         claimed: list[tuple[Fire, int]],
         owner: str,
-        key: int,
         held: Held,
     ) -> None:
         by_type: dict[str, list[tuple[Fire, int]]] = {}
         for item in claimed:
             by_type.setdefault(item[0].type, []).append(item)
-        try:
-            for type_, items in by_type.items():
-                fires = [f for f, _ in items]
-                async for positions, outcomes in outcomes_as_polls_finish(processors[type_], fires):
-                    self._commit([items[i] for i in positions], outcomes, owner, processors[type_])
-                    held.give(len(positions))
-        except asyncio.CancelledError:
-            raise  # a crashed owner: its batch keeps its lease until it expires
-        else:
-            # every fire committed: the batch's lease item has nothing left to recover
-            self._lease_batches.pop(key, None)
-            self._held.get(owner, set()).discard(key)
+        for type_, items in by_type.items():
+            fires = [f for f, _ in items]
+            async for positions, outcomes in outcomes_as_polls_finish(processors[type_], fires):
+                self._commit([items[i] for i in positions], outcomes, owner, processors[type_])
+                held.give(len(positions))
 
     def _commit(self, items: list[tuple[Fire, int]], outcomes: Sequence, owner: str, processor: Processor) -> None:
         now = time.time()
         delivered: list[bool] = []
         entries = self._entries
         rearm: list[tuple[float, int, str, int]] = []
+        held = self._held.get(owner, set())
         for (fire, version), outcome in zip(items, outcomes):
+            held.discard(fire.timer_id)
             e = entries.get(fire.timer_id)
             still_ours = e is not None and e.version == version and e.owner == owner
             if outcome.effect:
@@ -311,7 +269,6 @@ class MemoryScheduler:
             if not still_ours:
                 continue  # moved while in flight (the newer arm wins) or lease lost
             e.owner = None
-            self._owned -= 1
             if outcome.next_fire_at is None:
                 del entries[fire.timer_id]
             else:
