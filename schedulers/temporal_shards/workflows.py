@@ -10,11 +10,11 @@ to keep the Continue-As-New payload well under Temporal's 2 MB):
 ``version`` is the trigger row's; a higher version of an id replaces a lower one (re-arm moves).
 
 The Continue-As-New payload (the heap, the idempotency keys and the config a shard carries
-forward) is measured, not assumed: a shard serialises it with the workflow's own payload converter
-(what the server checks against its blob size limit, ``limit.blobSize.error``, 2 MB by default) at
-every Continue-As-New, and at a utilisation report once what arrived since the last measure is
-over an eighth of it; it reports the last measure plus the encoded size of what arrived since (an
-upper bound, exact just after a measure). A shard whose payload passes ``split_payload_frac`` of
+forward) is counted, not assumed: its size as the workflow's own payload converter encodes it
+(what the server checks against its blob size limit, ``limit.blobSize.error``, 2 MB by default)
+is kept exact as timers and keys come and go (:class:`PayloadSize`: the encoding of the rest once,
+then each timer's JSON bytes added and taken away), and the command itself is encoded and checked
+at every Continue-As-New. A shard whose payload passes ``split_payload_frac`` of
 ``payload_limit_bytes`` **splits**: it grows the ring by one shard and forwards its farthest
 timers (any horizon) to their places on the grown ring, until it is back under half that mark. A
 Continue-As-New that would still exceed the limit is postponed (the shard keeps running and sheds
@@ -74,10 +74,11 @@ def timers_bytes(timers: list[list]) -> int:
     return len(json.dumps(timers, separators=(",", ":"))) - 1 if timers else 0
 
 
-def chunks(timers: list[list], max_bytes: int) -> list[list[list]]:
+def chunks(timers: list[list], max_bytes: int, nbytes: int | None = None) -> list[list[list]]:
     """``timers`` in order, cut so that each piece encodes to at most ``max_bytes`` (a single
-    timer larger than that travels alone; the caller refuses those first)."""
-    if timers and timers_bytes(timers) + 1 <= max_bytes:
+    timer larger than that travels alone; the caller refuses those first). ``nbytes``: their
+    :func:`timers_bytes`, when the caller has it."""
+    if timers and (timers_bytes(timers) if nbytes is None else nbytes) + 1 <= max_bytes:
         return [list(timers)]  # the common case, without sizing each timer in Python
     out: list[list[list]] = []
     cur: list[list] = []
@@ -133,18 +134,50 @@ class ShardInput:
     continued: int = 0  # how many times this shard continued as new
 
 
-def encoded_size(inp: ShardInput, converter) -> int:
-    """Encoded size of ``inp`` as the server sees it, by ``converter`` (the workflow's payload
-    converter), given the mapping it would make of the dataclass (the same JSON, keys sorted):
-    its own deep copy of every timer list cost 3.5x the encoding at 20,000 timers."""
-    plain = {
+def _varint_bytes(n: int) -> int:
+    """Bytes of ``n`` as a protobuf varint (a payload's data length is one)."""
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+class PayloadSize:
+    """The encoded size of a shard's Continue-As-New input, kept as running totals.
+
+    The payload is one JSON document (the converter sorts keys): a fixed part (shard, config,
+    run count, metadata) and two lists, the timers and the idempotency keys, whose bytes are the
+    sum of their items' (:func:`timers_bytes`) plus brackets. So the fixed part is encoded once
+    and the shard adds and takes away items' bytes as they come and go: exact at every moment,
+    where encoding the whole input at nearly every report took 3% of the run process's busy time
+    at 2,000 fires/s (MEASUREMENTS.md).
+    """
+
+    def __init__(self, shard: int, config: ShardConfig, continued: int, converter) -> None:
+        empty = converter.to_payloads([_plain(ShardInput(shard, config, [], [], continued))])[0]
+        data = len(empty.data)
+        self._frame = empty.ByteSize() - data - _varint_bytes(data)  # metadata and the data's tag
+        self._rest = data - 4  # the document without its two empty lists' brackets
+        self.timers = 0  # sum of timer_bytes over the timers carried
+        self.keys = 0  # the same over the keys
+
+    def total(self) -> int:
+        data = self._rest + (1 + self.timers if self.timers else 2) + (1 + self.keys if self.keys else 2)
+        return self._frame + _varint_bytes(data) + data
+
+
+def _plain(inp: ShardInput) -> dict:
+    return {
         "shard": inp.shard,
         "config": dataclasses.asdict(inp.config),
         "timers": inp.timers,
         "keys": inp.keys,
         "continued": inp.continued,
     }
-    return sum(p.ByteSize() for p in converter.to_payloads([plain]))
+
+
+def encoded_size(inp: ShardInput, converter) -> int:
+    """Encoded size of ``inp`` as the server sees it, by ``converter`` (the workflow's payload
+    converter), given the mapping it would make of the dataclass (the same JSON, keys sorted):
+    its own deep copy of every timer list cost 3.5x the encoding at 20,000 timers."""
+    return sum(p.ByteSize() for p in converter.to_payloads([_plain(inp)]))
 
 
 @dataclass
@@ -170,7 +203,7 @@ class UtilInput:
     utilisation: float
     history_length: int
     continued: bool = False
-    payload_bytes: int = 0  # last measure + what arrived since (at a Continue-As-New: the payload sent)
+    payload_bytes: int = 0  # the Continue-As-New payload's size now (at a Continue-As-New: the one sent)
     splits: int = 0  # splits since the last report
     can_postponed: int = 0  # Continue-As-New postponed since the last report (payload over the limit)
 
@@ -216,16 +249,14 @@ class ShardWorkflow:
         self.continued = inp.continued
         self.dirty = False
         self.flushes = 0
-        # The Continue-As-New payload: the last exact measure, and what arrived since (an upper
-        # bound: timers that left are not subtracted), so the loop measures only when it may matter.
-        self.payload_bytes = 0
-        self.added_bytes = 0
+        # The Continue-As-New payload's size (what _carry would send), kept as items come and go
+        self.payload = PayloadSize(self.shard, self.cfg, self.continued + 1, workflow.payload_converter())
+        self.payload.keys = timers_bytes(self.keys)  # any JSON items: the keys are strings
         self.splits = 0  # since the last utilisation report
         self.can_postponed = 0  # since the last utilisation report
         self.can_retry_at = -1e18  # a postponed Continue-As-New is not retried before this
         self.split_retry_at = -1e18  # nor a split before this (one attempt per SPLIT_RETRY_S)
-        for t in inp.timers:
-            self._put(t)
+        self.payload.timers = timers_bytes(inp.timers) - sum(map(self._put, inp.timers))
 
     # -- signals --------------------------------------------------------------------------
 
@@ -235,14 +266,14 @@ class ShardWorkflow:
             return  # a re-sent signal (caller retry), possibly from before Continue-As-New
         self.keys.append(sig.key)
         self.keyset.add(sig.key)
-        self.added_bytes += len(sig.key) + 3
+        self.payload.keys += timers_bytes([sig.key])
         if len(self.keys) > KEYS_REMEMBERED:
-            for old in self.keys[: len(self.keys) - KEYS_REMEMBERED]:
-                self.keyset.discard(old)
-            del self.keys[: len(self.keys) - KEYS_REMEMBERED]
-        for t in sig.timers:
-            self._put(t)
-        self.added_bytes += timers_bytes(sig.timers)
+            old = self.keys[: len(self.keys) - KEYS_REMEMBERED]
+            self.keyset.difference_update(old)
+            self.payload.keys -= timers_bytes(old)
+            del self.keys[: len(old)]
+        # the signal's timers counted in one encoding; _put gives back what that over-counts
+        self.payload.timers += timers_bytes(sig.timers) - sum(map(self._put, sig.timers))
         self.dirty = True
 
     @workflow.query(name="count")
@@ -258,15 +289,18 @@ class ShardWorkflow:
         out += [[tid, h[0]] for tid, h in self.handed.items() if tid not in self.entries]
         return out
 
-    def _put(self, t: list) -> None:
+    def _put(self, t: list) -> int:
+        """Hold ``t``; returns the payload bytes to take away again from a count that added
+        ``t``'s: the timer it replaced, or ``t`` itself when it was older than the one held."""
         tid = t[E_ID]
         cur = self.entries.get(tid)
         if cur is not None:
             if cur[E_VER] > t[E_VER]:
-                return  # an older arm arriving late (e.g. forwarded); the newer one stays
+                return timer_bytes(t)  # an older arm arriving late (e.g. forwarded); the newer one stays
             self.pending.get(cur[E_TYPE], {}).pop(tid, None)
         self.entries[tid] = t
         heapq.heappush(self.heaps.setdefault(t[E_TYPE], []), (t[E_FIRE], t[E_VER], tid))
+        return 0 if cur is None else timer_bytes(cur)
 
     def _live(self, item: tuple[float, int, str], type_: str) -> bool:
         e = self.entries.get(item[2])
@@ -278,13 +312,12 @@ class ShardWorkflow:
     async def run(self, inp: ShardInput) -> None:
         last_report = -1e18
         self.reported = -1  # the count last written to the utilisation table
-        self._measure()
         while True:
             now = workflow.now().timestamp()
             self._forget_handed(now)
             self._collect(now)
             await self._flush(now)
-            if self.payload_bytes + self.added_bytes > self.cfg.split_at_bytes() and now >= self.split_retry_at:
+            if self.payload.total() > self.cfg.split_at_bytes() and now >= self.split_retry_at:
                 await self._guard_payload(now)
             if self._should_continue(now):
                 await self._continue_as_new(now)  # returns only when postponed
@@ -329,7 +362,7 @@ class ShardWorkflow:
         workflow.logger.warning(
             "shard %d: Continue-As-New postponed, payload %d bytes over the %d-byte limit after splitting",
             self.shard,
-            self.payload_bytes,
+            self.payload.total(),
             self.cfg.payload_limit_bytes,
         )
 
@@ -343,26 +376,20 @@ class ShardWorkflow:
     def _size(inp: ShardInput) -> int:
         return encoded_size(inp, workflow.payload_converter())
 
-    def _measure(self) -> int:
-        self.payload_bytes = self._size(self._carry())
-        self.added_bytes = 0
-        return self.payload_bytes
-
     async def _guard_payload(self, now: float) -> int:
-        """Measure the payload exactly; past the split mark, split (at most one attempt per
-        ``SPLIT_RETRY_S``, so a shard whose timers cannot move does not spin). Returns the size."""
-        if self._measure() > self.cfg.split_at_bytes() and now >= self.split_retry_at:
+        """Past the split mark, split (at most one attempt per ``SPLIT_RETRY_S``, so a shard whose
+        timers cannot move does not spin). Returns the payload's size."""
+        if self.payload.total() > self.cfg.split_at_bytes() and now >= self.split_retry_at:
             self.split_retry_at = now + SPLIT_RETRY_S
             await self._split(now)
-            self._measure()
-        return self.payload_bytes
+        return self.payload.total()
 
     async def _split(self, now: float) -> None:
         """Grow the ring by one shard and forward this shard's farthest timers (any horizon; not
         those in a pending batch) to their places on it, until the payload is back under half the
         split mark. Timers that could not move stay (the next report tries again)."""
         target = self.cfg.split_at_bytes() // 2
-        over = self.payload_bytes - target
+        over = self.payload.total() - target
         shed: list[list] = []
         shed_bytes = 0
         for e in sorted(self.entries.values(), key=lambda e: -e[E_FIRE]):
@@ -377,7 +404,7 @@ class ShardWorkflow:
         workflow.logger.info(
             "shard %d: payload %d bytes past the split mark %d; forwarding %d timers to a grown ring",
             self.shard,
-            self.payload_bytes,
+            self.payload.total(),
             self.cfg.split_at_bytes(),
             len(shed),
         )
@@ -395,10 +422,13 @@ class ShardWorkflow:
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1)),
             )
             grow = False  # one new shard per split
+            gone = []
             for tid, version in moved:
                 e = self.entries.get(tid)
                 if e is not None and e[E_VER] == version and tid not in self.pending.get(e[E_TYPE], {}):
                     del self.entries[tid]  # its heap item goes stale and is skipped
+                    gone.append(e)
+            self.payload.timers -= timers_bytes(gone)
 
     # -- due timers and batches ------------------------------------------------------------------
 
@@ -418,13 +448,14 @@ class ShardWorkflow:
                 continue
             size = self.cfg.type_batch(type_)
             while len(pending) >= size:
-                starts += self._pollers(type_, self._take(pending, size), CLOSED_FULL)
+                starts += self._pollers(type_, *self._take(pending, size), CLOSED_FULL)
             if pending and min(e[E_FIRE] for e in pending.values()) + self.cfg.type_max_lag(type_) <= now:
-                starts += self._pollers(type_, self._take(pending, len(pending)), CLOSED_MAX_LAG)
+                starts += self._pollers(type_, *self._take(pending, len(pending)), CLOSED_MAX_LAG)
         if starts:
             await asyncio.gather(*starts)
 
-    def _take(self, pending: dict[str, list], n: int) -> list[list]:
+    def _take(self, pending: dict[str, list], n: int) -> tuple[list[list], int]:
+        """The first ``n`` pending timers leave the shard: returns them and their bytes."""
         out = []
         now = workflow.now().timestamp()
         for tid in list(pending)[:n]:
@@ -433,7 +464,9 @@ class ShardWorkflow:
             del self.entries[tid]
             self.handed.pop(tid, None)  # re-inserted last: the dict stays in hand-off order
             self.handed[tid] = [t[E_VER], now]
-        return out
+        nbytes = timers_bytes(out)
+        self.payload.timers -= nbytes
+        return out, nbytes
 
     def _forget_handed(self, now: float) -> None:
         """A handed timer is claimed (leased in its row) within seconds; past HANDED_FOR_S the
@@ -445,12 +478,12 @@ class ShardWorkflow:
                 break
             del self.handed[tid]
 
-    def _pollers(self, type_: str, timers: list[list], closed_by: str) -> list:
+    def _pollers(self, type_: str, timers: list[list], nbytes: int, closed_by: str) -> list:
         """One batch poller for ``timers``, or several when their input would pass a quarter of
         the payload limit (can-2mb: Temporal caps a payload at 2 MB; 800 timers of ~100 bytes
         are far below it, a large per-type batch or long ids are not): the server would reject
         the child's start and fail the shard."""
-        pieces = chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes))
+        pieces = chunks(timers, chunk_bytes(self.cfg.payload_limit_bytes), nbytes)
         return [self._start_poller(type_, piece, closed_by) for piece in pieces]
 
     async def _start_poller(self, type_: str, timers: list[list], closed_by: str) -> None:
@@ -490,11 +523,7 @@ class ShardWorkflow:
     # -- utilisation and rebalancing ------------------------------------------------------------
 
     async def _report(self, now: float) -> None:
-        # An exact measure (and a split if over) once what arrived since the last one could have
-        # moved it by an eighth; else the report carries the bound. Measuring every shard at every
-        # report was a quarter of the worker's time at 1M armed timers (MEASUREMENTS.md).
-        if self.added_bytes * 8 > self.payload_bytes:
-            await self._guard_payload(now)
+        await self._guard_payload(now)
         await self._util(history_length=workflow.info().get_current_history_length(), continued=False)
         if len(self.entries) > self.cfg.timer_cap:
             await self._forward(now)
@@ -512,7 +541,7 @@ class ShardWorkflow:
                 n / self.cfg.timer_cap,
                 history_length,
                 continued,
-                payload_bytes=self.payload_bytes + self.added_bytes,  # exact just after a measure
+                payload_bytes=self.payload.total(),
                 splits=splits,
                 can_postponed=postponed,
             ),

@@ -11,6 +11,7 @@ import pytest
 from schedulers.base import EXPECTED_TIMERS, BatchSizes, StoreContext, with_expected_timers
 from schedulers.temporal_shards import SHARDS_WHEN_UNKNOWN, TemporalShardsScheduler, initial_shards
 from schedulers.temporal_shards.workflows import (
+    PayloadSize,
     ShardConfig,
     ShardInput,
     chunks,
@@ -116,3 +117,24 @@ def test_the_payload_measure_is_the_converters_own_size_of_the_shard_input(timer
     inp = ShardInput(4, cfg, entries, [f"key-{i}" for i in range(timers // 100)], continued=2)
     expected = sum(p.ByteSize() for p in converter.to_payloads([inp]))
     assert encoded_size(inp, converter) == expected
+
+
+@pytest.mark.parametrize("timers", [0, 1, 2, 3_000, 40_000])
+def test_the_running_payload_size_is_the_converters_size_of_the_shard_input(timers):
+    # A shard keeps its Continue-As-New payload's size as sums of its timers' and keys' bytes
+    # over one encoding of the rest; the sums must give the converter's own size, across the
+    # data length's varint boundaries (40,000 timers pass 2 MiB).
+    from temporalio.converter import DataConverter
+
+    converter = DataConverter.default.payload_converter
+    cfg = ShardConfig("ts-run", "queue", 800, 10.0, per_type={"poll": [800.0, 10.0]})
+    entries = [
+        [f"trigger-{i:06d}", 1.8e9 + i * 0.37, i % 5, 1.7e9, "poll", f"tenant-{i % 7}", i % 3] for i in range(timers)
+    ]
+    keys = [f"key-{i}" for i in range(timers // 100)]
+    size = PayloadSize(4, cfg, 2, converter)
+    size.timers, size.keys = timers_bytes(entries), timers_bytes(keys)
+    assert size.total() == encoded_size(ShardInput(4, cfg, entries, keys, continued=2), converter)
+    # timers leaving: take their bytes away again
+    size.timers -= timers_bytes(entries[: timers // 2])
+    assert size.total() == encoded_size(ShardInput(4, cfg, entries[timers // 2 :], keys, continued=2), converter)
